@@ -1,0 +1,79 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// DiskNamePattern is the syntax of a disk name. The CRD schema enforces the
+// same pattern (checked by a test), so a name that passes ValidateDiskName
+// can always be published.
+const DiskNamePattern = `^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`
+
+// MaxDiskNameLength bounds a disk name; disk names end up in volume IDs.
+const MaxDiskNameLength = 63
+
+var diskNameRE = regexp.MustCompile(DiskNamePattern)
+
+// ValidateDiskName returns an error when name cannot name a disk.
+func ValidateDiskName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("disk name is empty")
+	case len(name) > MaxDiskNameLength:
+		return fmt.Errorf("disk name %.20q... is longer than %d characters", name, MaxDiskNameLength)
+	case !diskNameRE.MatchString(name):
+		return fmt.Errorf("disk name %q must be lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
+	}
+	return nil
+}
+
+// Disk returns the status of the named disk, or nil.
+func (s *DiskNodeStatus) Disk(name string) *DiskStatus {
+	for i := range s.Disks {
+		if s.Disks[i].Name == name {
+			return &s.Disks[i]
+		}
+	}
+	return nil
+}
+
+// Summarize fills the display-only totals (Capacity, Free, HealthyDisks)
+// from Disks. Unhealthy disks are left out of the totals because no volume
+// can be placed on them.
+func (s *DiskNodeStatus) Summarize() {
+	var capacity, free int64
+	var healthy int32
+	for _, d := range s.Disks {
+		if !d.Healthy {
+			continue
+		}
+		healthy++
+		capacity += d.CapacityBytes
+		free += d.FreeBytes
+	}
+	s.Capacity = *resource.NewQuantity(capacity, resource.BinarySI)
+	s.Free = *resource.NewQuantity(free, resource.BinarySI)
+	s.HealthyDisks = healthy
+}
+
+// Stale reports whether the status was observed more than maxAge before now.
+// A status that was never observed is stale; maxAge <= 0 disables the check.
+func (s *DiskNodeStatus) Stale(now time.Time, maxAge time.Duration) bool {
+	if maxAge <= 0 {
+		return false
+	}
+	if s.ObservedTime.IsZero() {
+		return true
+	}
+	return now.Sub(s.ObservedTime.Time) > maxAge
+}
+
+// Usable reports whether new volumes may be placed on the disk: it is
+// healthy and, when deviceClass is set, of that class.
+func (d *DiskStatus) Usable(deviceClass string) bool {
+	return d.Healthy && (deviceClass == "" || d.DeviceClass == deviceClass)
+}

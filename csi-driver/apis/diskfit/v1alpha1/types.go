@@ -1,0 +1,125 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Backend says how a disk stores volumes.
+// +kubebuilder:validation:Enum=file;lvm
+type Backend string
+
+const (
+	// BackendFile keeps each volume as a preallocated file on the disk's
+	// mounted filesystem, attached to a loop device.
+	BackendFile Backend = "file"
+	// BackendLVM keeps each volume as a logical volume in the disk's volume group.
+	BackendLVM Backend = "lvm"
+)
+
+// DiskNode is the disk inventory of one node, published by the diskfit CSI
+// driver on that node. Its name is the node's name and it is owned by the
+// Node, so it goes away with the Node.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=dn
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Disks",type=string,JSONPath=`.status.disks[*].name`
+// +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyDisks`
+// +kubebuilder:printcolumn:name="Total",type=string,JSONPath=`.status.capacity`
+// +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
+// +kubebuilder:printcolumn:name="Observed",type=date,JSONPath=`.status.observedTime`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DiskNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Status is what the node's driver last observed.
+	// +optional
+	Status DiskNodeStatus `json:"status,omitempty"`
+}
+
+// DiskNodeStatus is the observed state of a node's disks.
+type DiskNodeStatus struct {
+	// Disks has one entry per configured disk, keyed by name.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Disks []DiskStatus `json:"disks,omitempty"`
+
+	// ObservedTime is when the driver last refreshed this status. The
+	// scheduler rejects nodes whose status is older than its configured
+	// maximum age.
+	// +optional
+	ObservedTime metav1.Time `json:"observedTime,omitempty"`
+
+	// Capacity is the sum of the healthy disks' capacities, for display
+	// only: volumes cannot span disks, so the scheduler never uses it.
+	// +optional
+	Capacity resource.Quantity `json:"capacity,omitempty"`
+
+	// Free is the sum of the healthy disks' free bytes, for display only.
+	// +optional
+	Free resource.Quantity `json:"free,omitempty"`
+
+	// HealthyDisks counts the disks that can take new volumes.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	HealthyDisks int32 `json:"healthyDisks,omitempty"`
+}
+
+// DiskStatus is the observed state of one disk.
+// +kubebuilder:validation:XValidation:rule="self.freeBytes <= self.capacityBytes",message="freeBytes must not exceed capacityBytes"
+type DiskStatus struct {
+	// Name identifies the disk on its node; PVC annotations and PV volume
+	// contexts refer to it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Backend is how the disk stores volumes.
+	Backend Backend `json:"backend"`
+
+	// DeviceClass groups disks of one kind (nvme, ssd, hdd); StorageClasses
+	// select it with the diskfit.io/device-class parameter.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	DeviceClass string `json:"deviceClass,omitempty"`
+
+	// CapacityBytes is the usable size of the disk, headroom excluded.
+	// +kubebuilder:validation:Minimum=0
+	CapacityBytes int64 `json:"capacityBytes"`
+
+	// FreeBytes is what the backend really reports free, headroom excluded.
+	// +kubebuilder:validation:Minimum=0
+	FreeBytes int64 `json:"freeBytes"`
+
+	// VolumeCount is the number of volumes on the disk.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	VolumeCount int32 `json:"volumeCount,omitempty"`
+
+	// Healthy is false when the disk cannot take new volumes; Message says why.
+	Healthy bool `json:"healthy"`
+
+	// Message explains the disk's health in words.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// DiskNodeList is a list of DiskNodes.
+// +kubebuilder:object:root=true
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+type DiskNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// Items are the DiskNodes.
+	Items []DiskNode `json:"items"`
+}

@@ -1,0 +1,17 @@
+//go:build tools
+
+// Package tools pins the versions of the code generators, linters, the CSI
+// sidecars and csi-sanity that the Makefile builds into bin/.
+package tools
+
+import (
+	_ "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity"
+	_ "github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"
+	_ "golang.org/x/vuln/cmd/govulncheck"
+	_ "honnef.co/go/tools/cmd/staticcheck"
+	_ "k8s.io/code-generator/cmd/client-gen"
+	_ "k8s.io/code-generator/cmd/deepcopy-gen"
+	_ "k8s.io/code-generator/cmd/informer-gen"
+	_ "k8s.io/code-generator/cmd/lister-gen"
+	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
+)

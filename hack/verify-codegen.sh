@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Fails when a generated file differs from what hack/update-codegen.sh makes.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+generated=(csi-driver/apis/diskfit/v1alpha1/zz_generated.deepcopy.go csi-driver/client manifests/base/crd)
+# Regenerate into a copy of the tree so the working tree is never touched.
+cd "$root"
+git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$tmp" 2>/dev/null || true
+ln -s "$root/bin" "$tmp/bin"
+(cd "$tmp" && hack/update-codegen.sh >/dev/null)
+
+status=0
+for path in "${generated[@]}"; do
+  if ! diff -r "$root/$path" "$tmp/$path" >"$tmp/diff" 2>&1; then
+    echo "stale generated code in $path; run 'make generate':" >&2
+    cat "$tmp/diff" >&2
+    status=1
+  fi
+done
+exit $status
