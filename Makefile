@@ -36,6 +36,10 @@ $(BIN)/.tools-stamp: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOL_PKGS)
 	touch $@
 
+.PHONY: deps
+deps: ## Install the system packages the tests and demo need (xfsprogs, e2fsprogs, lvm2, util-linux).
+	hack/install-deps.sh
+
 .PHONY: tools
 tools: $(BIN)/.tools-stamp ## Build the pinned generators, linters, sidecars and csi-sanity into bin/.
 
@@ -49,7 +53,7 @@ verify: tools ## Fail when generated files are stale; run go vet.
 	$(GO) vet ./...
 
 .PHONY: test
-test: tools ## Run every test that runs on this machine (unit, csi-sanity, local cluster). Needs root.
+test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, local cluster). Needs root.
 	$(GO) test -count=1 ./...
 
 .PHONY: clean
