@@ -1,0 +1,117 @@
+// Command diskfit-csi is the diskfit CSI driver: one per node, serving the
+// Identity, Controller and Node services on one unix socket, with
+// external-provisioner beside it in --node-deployment mode.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register"
+	"k8s.io/klog/v2"
+
+	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+	"github.com/diskfit/diskfit/csi-driver/config"
+	"github.com/diskfit/diskfit/csi-driver/driver"
+	"github.com/diskfit/diskfit/csi-driver/kube"
+)
+
+type options struct {
+	endpoint       string
+	nodeID         string
+	configPath     string
+	kubeconfig     string
+	kubeletDir     string
+	metricsAddress string
+	resync         time.Duration
+	logging        *logsapi.LoggingConfiguration
+}
+
+func main() {
+	o := options{logging: logsapi.NewLoggingConfiguration()}
+	fs := pflag.NewFlagSet("diskfit-csi", pflag.ExitOnError)
+	fs.StringVar(&o.endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint (unix socket)")
+	fs.StringVar(&o.nodeID, "node-id", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.configPath, "config", "/etc/diskfit/node.yaml", "node config file listing the node's disks")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+	fs.StringVar(&o.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet root directory; stage and publish paths must be below it")
+	fs.StringVar(&o.metricsAddress, "metrics-address", "", "address to serve /metrics on (e.g. :9808); empty disables it")
+	fs.DurationVar(&o.resync, "disknode-resync", 30*time.Second, "how often the DiskNode status is refreshed")
+	logsapi.AddFlags(o.logging, fs)
+	logs.InitLogs()
+	defer logs.FlushLogs()
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := logsapi.ValidateAndApply(o.logging, featuregate.NewFeatureGate()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		klog.FromContext(ctx).Error(err, "diskfit-csi failed")
+		logs.FlushLogs()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	nodeCfg, err := config.Load(o.configPath)
+	if err != nil {
+		return err
+	}
+	restCfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	kc, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	dc, err := versioned.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("creating DiskNode client: %w", err)
+	}
+	d, err := driver.New(driver.Config{
+		Endpoint:       o.endpoint,
+		NodeID:         o.nodeID,
+		Node:           nodeCfg,
+		KubeletDir:     o.kubeletDir,
+		MetricsAddress: o.metricsAddress,
+		StatusInterval: o.resync,
+		PVCs:           kube.PVCGetter{Client: kc},
+		Status:         kube.DiskNodePublisher{Kube: kc, DiskFit: dc, NodeName: o.nodeID},
+	})
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (pass --kubeconfig outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return cfg, nil
+}

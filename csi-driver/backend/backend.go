@@ -1,0 +1,172 @@
+// Package backend stores volumes on one disk. A Backend is the only thing
+// that knows how a disk keeps its volumes (files on a filesystem, logical
+// volumes in a volume group); the CSI services above it deal in keys, sizes
+// and sentinel errors.
+//
+// The on-disk state is the source of truth: every Backend rebuilds what it
+// knows from the disk itself, so a restarted driver needs no database.
+package backend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+)
+
+// Sentinel errors; the CSI services map them to gRPC codes with errors.Is.
+var (
+	// ErrNotFound: no such volume or snapshot.
+	ErrNotFound = errors.New("not found")
+	// ErrNoSpace: the disk cannot hold the requested bytes.
+	ErrNoSpace = errors.New("not enough space on disk")
+	// ErrInUse: the volume is still attached and cannot be deleted.
+	ErrInUse = errors.New("volume is in use")
+	// ErrUnsupported: the disk cannot do this (no reflink, no device-mapper).
+	ErrUnsupported = errors.New("not supported by this disk")
+	// ErrUnhealthy: the disk is not usable right now.
+	ErrUnhealthy = errors.New("disk is unhealthy")
+)
+
+// State is where a volume or snapshot is in its life. Intent is recorded
+// before side effects, so a crash leaves a record saying what to undo.
+type State string
+
+const (
+	// StateCreating is recorded before any space is allocated.
+	StateCreating State = "creating"
+	// StateReady marks a complete volume or snapshot.
+	StateReady State = "ready"
+	// StateDeleting is recorded before the data is removed.
+	StateDeleting State = "deleting"
+)
+
+// Volume is a volume as its disk records it.
+type Volume struct {
+	// Key names the volume on its disk; see KeyForName.
+	Key string `json:"key"`
+	// Name is the CSI volume name the volume was created with.
+	Name string `json:"name"`
+	// SizeBytes is the volume's size.
+	SizeBytes int64 `json:"sizeBytes"`
+	// PVCNamespace and PVCName name the claim the volume was made for.
+	PVCNamespace string `json:"pvcNamespace,omitempty"`
+	PVCName      string `json:"pvcName,omitempty"`
+	// SourceSnapshot and SourceVolume are the keys of the content source.
+	SourceSnapshot string `json:"sourceSnapshot,omitempty"`
+	SourceVolume   string `json:"sourceVolume,omitempty"`
+	// State is the volume's state.
+	State State `json:"state"`
+	// CreatedAt is when creation started.
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Snapshot is a point-in-time copy of a volume, kept on the same disk.
+type Snapshot struct {
+	// Key names the snapshot on its disk; see KeyForName.
+	Key string `json:"key"`
+	// Name is the CSI snapshot name.
+	Name string `json:"name"`
+	// SourceVolume is the key of the volume it copies.
+	SourceVolume string `json:"sourceVolume"`
+	// SizeBytes is the source volume's size when the snapshot was taken.
+	SizeBytes int64 `json:"sizeBytes"`
+	// State is the snapshot's state.
+	State State `json:"state"`
+	// CreatedAt is when the snapshot was taken.
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// CreateRequest asks for a new volume.
+type CreateRequest struct {
+	Key          string
+	Name         string
+	SizeBytes    int64
+	PVCNamespace string
+	PVCName      string
+	// FromSnapshot or FromVolume, when set, is the key of the content
+	// source on the same disk.
+	FromSnapshot string
+	FromVolume   string
+}
+
+// Usage is a disk's space, headroom already taken off.
+type Usage struct {
+	CapacityBytes int64
+	FreeBytes     int64
+}
+
+// Backend keeps the volumes of one disk. Callers serialise calls per key;
+// calls for different keys may run concurrently.
+type Backend interface {
+	// Kind is the backend type published in the DiskNode.
+	Kind() v1alpha1.Backend
+	// Start prepares the disk and finishes or undoes whatever a crash
+	// interrupted. It is called once before any other method.
+	Start(ctx context.Context) error
+	// Health returns nil when new volumes can be placed on the disk, or an
+	// error saying why not.
+	Health(ctx context.Context) error
+	// Usage reports capacity and free space.
+	Usage(ctx context.Context) (Usage, error)
+	// CreateVolume makes a volume. On failure nothing of it is left.
+	CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error)
+	// DeleteVolume removes a volume; a missing volume is not an error.
+	DeleteVolume(ctx context.Context, key string) error
+	// GetVolume returns a ready volume or ErrNotFound.
+	GetVolume(ctx context.Context, key string) (*Volume, error)
+	// ListVolumes returns the ready volumes, sorted by key.
+	ListVolumes(ctx context.Context) ([]Volume, error)
+	// ExpandVolume grows a volume to at least sizeBytes; it never shrinks.
+	ExpandVolume(ctx context.Context, key string, sizeBytes int64) (*Volume, error)
+	// VolumeHealth returns nil when the volume's data is reachable.
+	VolumeHealth(ctx context.Context, key string) error
+	// Attach makes the volume a block device on this node and returns its
+	// path; attaching an attached volume returns the same device.
+	Attach(ctx context.Context, key string) (string, error)
+	// Device returns the volume's block device, or "" when not attached.
+	Device(ctx context.Context, key string) (string, error)
+	// Detach undoes Attach; a detached volume is not an error.
+	Detach(ctx context.Context, key string) error
+	// SupportsSnapshots reports whether snapshots and clones work here.
+	SupportsSnapshots() bool
+	// CreateSnapshot copies the volume sourceKey into a new snapshot.
+	CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error)
+	// DeleteSnapshot removes a snapshot; a missing one is not an error.
+	DeleteSnapshot(ctx context.Context, key string) error
+	// GetSnapshot returns a ready snapshot or ErrNotFound.
+	GetSnapshot(ctx context.Context, key string) (*Snapshot, error)
+	// ListSnapshots returns the ready snapshots, sorted by key.
+	ListSnapshots(ctx context.Context) ([]Snapshot, error)
+}
+
+// MaxKeyLength bounds a key; volume IDs are "<disk>:<key>".
+const MaxKeyLength = 100
+
+var plainKeyRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// hashPrefix marks keys derived by hashing. Plain names never start with
+// it, so a hashed key and a plain one cannot collide.
+const hashPrefix = "h-"
+
+// KeyForName derives the on-disk key of a CSI name: the name itself when it
+// is short, lower-case and safe in file and LV names, otherwise a hash of it.
+// The mapping is deterministic, so an idempotent retry finds the same key;
+// the volume's record keeps the full name to confirm the match.
+func KeyForName(name string) string {
+	if len(name) <= MaxKeyLength && plainKeyRE.MatchString(name) && !strings.HasPrefix(name, hashPrefix) {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return hashPrefix + hex.EncodeToString(sum[:16])
+}
+
+// ValidKey reports whether key could have come from KeyForName.
+func ValidKey(key string) bool {
+	return len(key) <= MaxKeyLength && plainKeyRE.MatchString(key)
+}

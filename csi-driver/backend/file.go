@@ -1,0 +1,589 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/loop"
+)
+
+const (
+	stateDirName    = "diskfit"
+	volumesDirName  = "volumes"
+	snapshotDirName = "snapshots"
+	metaSuffix      = ".json"
+	dataSuffix      = ".img"
+	tmpInfix        = ".tmp-"
+)
+
+// Hooks let tests stop a backend between steps, e.g. to kill the process
+// after the intent record is written and before space is allocated.
+type Hooks struct {
+	// AfterIntent runs after a volume's "creating" record is durable.
+	AfterIntent func(key string)
+}
+
+// File keeps each volume as a preallocated file on a mounted filesystem,
+// attached to a loop device. Next to every data file is a small JSON record
+// written atomically before the data file exists, so a crash at any point
+// leaves either nothing or a record that says what to finish or undo.
+type File struct {
+	path     string
+	reserved int64
+	hooks    Hooks
+
+	volumes   string
+	snapshots string
+	// dev is the filesystem's device number at Start; a different one
+	// later means the disk's filesystem was unmounted from under us.
+	dev     uint64
+	reflink bool
+}
+
+var _ Backend = &File{}
+
+// NewFile returns a file backend for the filesystem mounted at path that
+// keeps reserved bytes free.
+func NewFile(path string, reserved int64, hooks Hooks) *File {
+	dir := filepath.Join(path, stateDirName)
+	return &File{
+		path:      path,
+		reserved:  reserved,
+		hooks:     hooks,
+		volumes:   filepath.Join(dir, volumesDirName),
+		snapshots: filepath.Join(dir, snapshotDirName),
+	}
+}
+
+// Kind implements Backend.
+func (f *File) Kind() v1alpha1.Backend { return v1alpha1.BackendFile }
+
+// Start implements Backend: it creates the state directories, probes
+// reflink support and rolls back interrupted creations and deletions.
+func (f *File) Start(ctx context.Context) error {
+	for _, dir := range []string{f.volumes, f.snapshots} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("creating state directory: %w", err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(f.path, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", f.path, err)
+	}
+	f.dev = st.Dev
+	f.reflink = probeReflink(filepath.Join(f.path, stateDirName))
+	if err := f.recover(ctx, f.volumes); err != nil {
+		return err
+	}
+	return f.recover(ctx, f.snapshots)
+}
+
+// recover removes temporary records and everything whose record says
+// "creating" or "deleting": a creation that did not finish is undone rather
+// than finished, because the caller never got an answer and will retry.
+func (f *File) recover(ctx context.Context, dir string) error {
+	logger := klog.FromContext(ctx)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.Contains(name, tmpInfix) {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("removing stale temporary file: %w", err)
+			}
+			continue
+		}
+		key, ok := strings.CutSuffix(name, metaSuffix)
+		if !ok {
+			if key, ok := strings.CutSuffix(name, dataSuffix); ok {
+				if _, err := os.Stat(filepath.Join(dir, key+metaSuffix)); errors.Is(err, fs.ErrNotExist) {
+					logger.Info("Removing data file without a record", "file", filepath.Join(dir, name))
+					if err := removeFile(filepath.Join(dir, name)); err != nil {
+						return err
+					}
+				}
+			}
+			continue
+		}
+		var rec struct {
+			State State `json:"state"`
+		}
+		if err := readJSON(filepath.Join(dir, name), &rec); err != nil {
+			return err
+		}
+		if rec.State == StateReady {
+			continue
+		}
+		logger.Info("Rolling back interrupted operation", "record", filepath.Join(dir, name), "state", rec.State)
+		if err := f.removePair(ctx, dir, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Health implements Backend.
+func (f *File) Health(_ context.Context) error {
+	var st unix.Stat_t
+	if err := unix.Stat(f.path, &st); err != nil {
+		return fmt.Errorf("disk path %s is gone: %w", f.path, err)
+	}
+	if st.Dev != f.dev {
+		return fmt.Errorf("the filesystem at %s changed (device %d, was %d): was the disk unmounted?", f.path, st.Dev, f.dev)
+	}
+	if _, err := os.Stat(f.volumes); err != nil {
+		return fmt.Errorf("volume directory missing: %w", err)
+	}
+	return nil
+}
+
+// Usage implements Backend: statfs, minus headroom.
+func (f *File) Usage(_ context.Context) (Usage, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(f.path, &st); err != nil {
+		return Usage{}, fmt.Errorf("statfs %s: %w", f.path, err)
+	}
+	size := int64(st.Blocks) * st.Frsize
+	avail := int64(st.Bavail) * st.Frsize
+	u := Usage{CapacityBytes: max(size-f.reserved, 0), FreeBytes: max(avail-f.reserved, 0)}
+	u.FreeBytes = min(u.FreeBytes, u.CapacityBytes)
+	return u, nil
+}
+
+func (f *File) volumeFile(key string) string   { return filepath.Join(f.volumes, key+dataSuffix) }
+func (f *File) snapshotFile(key string) string { return filepath.Join(f.snapshots, key+dataSuffix) }
+
+// CreateVolume implements Backend.
+func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
+	if err := f.Health(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnhealthy, err)
+	}
+	var source string
+	switch {
+	case req.FromSnapshot != "":
+		if _, err := f.GetSnapshot(ctx, req.FromSnapshot); err != nil {
+			return nil, fmt.Errorf("source snapshot: %w", err)
+		}
+		source = f.snapshotFile(req.FromSnapshot)
+	case req.FromVolume != "":
+		if _, err := f.GetVolume(ctx, req.FromVolume); err != nil {
+			return nil, fmt.Errorf("source volume: %w", err)
+		}
+		source = f.volumeFile(req.FromVolume)
+	}
+	if source != "" && !f.reflink {
+		return nil, fmt.Errorf("copying %s: %w: the filesystem has no reflink", source, ErrUnsupported)
+	}
+	vol := &Volume{
+		Key: req.Key, Name: req.Name, SizeBytes: req.SizeBytes,
+		PVCNamespace: req.PVCNamespace, PVCName: req.PVCName,
+		SourceSnapshot: req.FromSnapshot, SourceVolume: req.FromVolume,
+		State: StateCreating, CreatedAt: time.Now().UTC(),
+	}
+	meta := filepath.Join(f.volumes, req.Key+metaSuffix)
+	// A leftover from an earlier failed attempt is replaced, not reused:
+	// its data file may be half-made.
+	if err := f.removePair(ctx, f.volumes, req.Key); err != nil {
+		return nil, err
+	}
+	if err := writeJSONAtomic(meta, vol); err != nil {
+		return nil, err
+	}
+	if f.hooks.AfterIntent != nil {
+		f.hooks.AfterIntent(req.Key)
+	}
+	if err := makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes); err != nil {
+		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		return nil, err
+	}
+	vol.State = StateReady
+	if err := writeJSONAtomic(meta, vol); err != nil {
+		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		return nil, err
+	}
+	return vol, nil
+}
+
+// makeDataFile creates path with size bytes really allocated, as a reflink
+// copy of source when source is set.
+func makeDataFile(path, source string, size int64) error {
+	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating data file: %w", err)
+	}
+	defer out.Close()
+	if source != "" {
+		in, err := os.Open(source)
+		if err != nil {
+			return fmt.Errorf("opening source: %w", err)
+		}
+		err = unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
+		in.Close()
+		if err != nil {
+			return fmt.Errorf("reflink copy of %s: %w", source, err)
+		}
+	}
+	if err := allocate(out, size); err != nil {
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		return fmt.Errorf("syncing data file: %w", err)
+	}
+	return nil
+}
+
+// allocate grows f to size with the blocks really reserved, so a volume can
+// never run out of space that the disk promised it.
+func allocate(f *os.File, size int64) error {
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			return fmt.Errorf("allocating %d bytes: %w: %w", size, ErrNoSpace, err)
+		}
+		return fmt.Errorf("allocating %d bytes: %w", size, err)
+	}
+	return nil
+}
+
+// DeleteVolume implements Backend.
+func (f *File) DeleteVolume(ctx context.Context, key string) error {
+	devs, err := loop.FindAll(ctx, f.volumeFile(key))
+	if err != nil {
+		return err
+	}
+	if len(devs) > 0 {
+		return fmt.Errorf("%w: attached to %s", ErrInUse, strings.Join(devs, ", "))
+	}
+	return f.markAndRemove(ctx, f.volumes, key)
+}
+
+// markAndRemove records the intent to delete, then deletes: a crash in
+// between leaves a "deleting" record that Start finishes.
+func (f *File) markAndRemove(ctx context.Context, dir, key string) error {
+	meta := filepath.Join(dir, key+metaSuffix)
+	var rec map[string]any
+	switch err := readJSON(meta, &rec); {
+	case errors.Is(err, fs.ErrNotExist):
+		return f.removePair(ctx, dir, key)
+	case err != nil:
+		return err
+	}
+	rec["state"] = StateDeleting
+	if err := writeJSONAtomic(meta, rec); err != nil {
+		return err
+	}
+	return f.removePair(ctx, dir, key)
+}
+
+// removePair removes a data file and then its record, so that a record
+// always exists while data does.
+func (f *File) removePair(_ context.Context, dir, key string) error {
+	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
+		return err
+	}
+	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// GetVolume implements Backend.
+func (f *File) GetVolume(_ context.Context, key string) (*Volume, error) {
+	var vol Volume
+	if err := readRecord(filepath.Join(f.volumes, key+metaSuffix), &vol, &vol.State); err != nil {
+		return nil, err
+	}
+	return &vol, nil
+}
+
+// readRecord reads a record and returns ErrNotFound unless it is ready.
+func readRecord(path string, v any, state *State) error {
+	err := readJSON(path, v)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if *state != StateReady {
+		return fmt.Errorf("%w: record %s is %s", ErrNotFound, path, *state)
+	}
+	return nil
+}
+
+// ListVolumes implements Backend.
+func (f *File) ListVolumes(ctx context.Context) ([]Volume, error) {
+	keys, err := listKeys(f.volumes)
+	if err != nil {
+		return nil, err
+	}
+	vols := make([]Volume, 0, len(keys))
+	for _, key := range keys {
+		v, err := f.GetVolume(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		vols = append(vols, *v)
+	}
+	return vols, nil
+}
+
+// ExpandVolume implements Backend: the file grows first, then the record,
+// then the loop device's idea of the size. A crash in between leaves a file
+// larger than its record, which a retry grows to the same size again.
+func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volume, error) {
+	vol, err := f.GetVolume(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if size <= vol.SizeBytes {
+		return vol, nil
+	}
+	file, err := os.OpenFile(f.volumeFile(key), os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening data file: %w", err)
+	}
+	err = allocate(file, size)
+	if err == nil {
+		err = file.Sync()
+	}
+	file.Close()
+	if err != nil {
+		return nil, err
+	}
+	vol.SizeBytes = size
+	if err := writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol); err != nil {
+		return nil, err
+	}
+	dev, err := loop.Find(ctx, f.volumeFile(key))
+	if err != nil {
+		return nil, err
+	}
+	if dev != "" {
+		if err := loop.Refresh(ctx, dev); err != nil {
+			return nil, err
+		}
+	}
+	return vol, nil
+}
+
+// VolumeHealth implements Backend.
+func (f *File) VolumeHealth(ctx context.Context, key string) error {
+	if err := f.Health(ctx); err != nil {
+		return err
+	}
+	if _, err := os.Stat(f.volumeFile(key)); err != nil {
+		return fmt.Errorf("backing file: %w", err)
+	}
+	return nil
+}
+
+// Attach implements Backend. Attachments are found again by backing file,
+// which also re-creates them after a reboot when the volume is staged again.
+func (f *File) Attach(ctx context.Context, key string) (string, error) {
+	if _, err := f.GetVolume(ctx, key); err != nil {
+		return "", err
+	}
+	return loop.Attach(ctx, f.volumeFile(key))
+}
+
+// Device implements Backend.
+func (f *File) Device(ctx context.Context, key string) (string, error) {
+	if _, err := os.Stat(f.volumeFile(key)); errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return loop.Find(ctx, f.volumeFile(key))
+}
+
+// Detach implements Backend.
+func (f *File) Detach(ctx context.Context, key string) error {
+	if _, err := os.Stat(f.volumeFile(key)); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return loop.Detach(ctx, f.volumeFile(key))
+}
+
+// SupportsSnapshots implements Backend: only with reflink, because a full
+// copy of a large file would make CreateSnapshot take minutes and double the
+// space without the caller asking for it.
+func (f *File) SupportsSnapshots() bool { return f.reflink }
+
+// CreateSnapshot implements Backend.
+func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error) {
+	if !f.reflink {
+		return nil, fmt.Errorf("snapshot: %w: the filesystem has no reflink", ErrUnsupported)
+	}
+	src, err := f.GetVolume(ctx, sourceKey)
+	if err != nil {
+		return nil, fmt.Errorf("source volume: %w", err)
+	}
+	snap := &Snapshot{Key: key, Name: name, SourceVolume: sourceKey, SizeBytes: src.SizeBytes, State: StateCreating, CreatedAt: time.Now().UTC()}
+	meta := filepath.Join(f.snapshots, key+metaSuffix)
+	if err := f.removePair(ctx, f.snapshots, key); err != nil {
+		return nil, err
+	}
+	if err := writeJSONAtomic(meta, snap); err != nil {
+		return nil, err
+	}
+	err = makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), src.SizeBytes)
+	if err == nil {
+		snap.State = StateReady
+		err = writeJSONAtomic(meta, snap)
+	}
+	if err != nil {
+		return nil, errors.Join(err, f.removePair(ctx, f.snapshots, key))
+	}
+	return snap, nil
+}
+
+// DeleteSnapshot implements Backend.
+func (f *File) DeleteSnapshot(ctx context.Context, key string) error {
+	return f.markAndRemove(ctx, f.snapshots, key)
+}
+
+// GetSnapshot implements Backend.
+func (f *File) GetSnapshot(_ context.Context, key string) (*Snapshot, error) {
+	var snap Snapshot
+	if err := readRecord(filepath.Join(f.snapshots, key+metaSuffix), &snap, &snap.State); err != nil {
+		return nil, err
+	}
+	return &snap, nil
+}
+
+// ListSnapshots implements Backend.
+func (f *File) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
+	keys, err := listKeys(f.snapshots)
+	if err != nil {
+		return nil, err
+	}
+	snaps := make([]Snapshot, 0, len(keys))
+	for _, key := range keys {
+		s, err := f.GetSnapshot(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		snaps = append(snaps, *s)
+	}
+	return snaps, nil
+}
+
+func listKeys(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", dir, err)
+	}
+	var keys []string
+	for _, e := range entries {
+		if key, ok := strings.CutSuffix(e.Name(), metaSuffix); ok && !strings.Contains(e.Name(), tmpInfix) {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// probeReflink reports whether dir's filesystem can share extents between
+// files, by trying it.
+func probeReflink(dir string) bool {
+	src, err := os.CreateTemp(dir, "reflink-probe"+tmpInfix)
+	if err != nil {
+		return false
+	}
+	defer os.Remove(src.Name())
+	defer src.Close()
+	if _, err := src.Write(make([]byte, 4096)); err != nil {
+		return false
+	}
+	dst, err := os.CreateTemp(dir, "reflink-probe"+tmpInfix)
+	if err != nil {
+		return false
+	}
+	defer os.Remove(dst.Name())
+	defer dst.Close()
+	return unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())) == nil
+}
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading record: %w", err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decoding record %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeJSONAtomic replaces path with v's JSON: write a temporary file, fsync
+// it, rename it over path and fsync the directory, so readers (and a
+// restarted driver) see the old record or the new one, never a torn one.
+func writeJSONAtomic(path string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding record: %w", err)
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+tmpInfix)
+	if err != nil {
+		return fmt.Errorf("writing record: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing record: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("syncing record: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing record: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("renaming record: %w", err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("opening directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", path, err)
+	}
+	return nil
+}

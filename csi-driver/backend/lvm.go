@@ -1,0 +1,533 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+)
+
+// Runner runs a command and returns its standard output. It is the seam
+// between the LVM backend's logic and the lvm2 tools.
+type Runner interface {
+	Run(ctx context.Context, name string, args ...string) (string, error)
+}
+
+// ExecRunner runs commands with os/exec.
+type ExecRunner struct{}
+
+// Run implements Runner; the error carries the command's standard error.
+func (ExecRunner) Run(ctx context.Context, name string, args ...string) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// DeviceMapperControl is the device the kernel's device-mapper is reached
+// through; without it no logical volume can be activated.
+const DeviceMapperControl = "/dev/mapper/control"
+
+// LV tags record everything the backend needs to rebuild its view, so the
+// volume group itself is the database.
+const (
+	tagPrefix    = "diskfit."
+	tagName      = tagPrefix + "name="
+	tagPVC       = tagPrefix + "pvc="
+	tagState     = tagPrefix + "state="
+	tagSource    = tagPrefix + "source="
+	tagSnapshot  = tagPrefix + "snapshot"
+	volumePrefix = "v-"
+	snapPrefix   = "s-"
+	// extent is LVM's default extent size; sizes are rounded up to it so
+	// that the size recorded equals the size allocated.
+	extent = 4 << 20
+)
+
+// LVM keeps each volume as a logical volume of one volume group.
+type LVM struct {
+	vg              string
+	device          string
+	allowInitialize bool
+	reserved        int64
+	run             Runner
+	dmControl       string
+	// dmErr is set at Start when device-mapper is missing; the disk then
+	// stays unhealthy instead of failing every request in a confusing way.
+	dmErr error
+}
+
+var _ Backend = &LVM{}
+
+// NewLVM returns a backend for volume group vg. When allowInitialize is set
+// and the group does not exist, Start creates it on device.
+func NewLVM(vg, device string, allowInitialize bool, reserved int64, run Runner) *LVM {
+	return &LVM{vg: vg, device: device, allowInitialize: allowInitialize, reserved: reserved, run: run, dmControl: DeviceMapperControl}
+}
+
+// Kind implements Backend.
+func (l *LVM) Kind() v1alpha1.Backend { return v1alpha1.BackendLVM }
+
+// CheckDeviceMapper returns an error saying why device-mapper is unusable
+// at control, or nil.
+func CheckDeviceMapper(control string) error {
+	f, err := os.OpenFile(control, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("device-mapper is not available (%w): this kernel cannot activate logical volumes, so the lvm backend cannot serve volumes on this node", err)
+	}
+	return f.Close()
+}
+
+// Start implements Backend.
+func (l *LVM) Start(ctx context.Context) error {
+	if l.dmErr = CheckDeviceMapper(l.dmControl); l.dmErr != nil {
+		// Not fatal: the other disks of the node still work, and the
+		// DiskNode tells the scheduler why this one does not.
+		return nil
+	}
+	if _, err := l.vgUsage(ctx); err != nil {
+		if !l.allowInitialize {
+			return fmt.Errorf("volume group %s: %w", l.vg, err)
+		}
+		if _, err := l.run.Run(ctx, "pvcreate", "--yes", l.device); err != nil {
+			return err
+		}
+		if _, err := l.run.Run(ctx, "vgcreate", "--yes", l.vg, l.device); err != nil {
+			return err
+		}
+	}
+	lvs, err := l.lvs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, lv := range lvs {
+		if lv.state != StateReady {
+			if _, err := l.run.Run(ctx, "lvremove", "--yes", l.vg+"/"+lv.name); err != nil {
+				return fmt.Errorf("rolling back interrupted operation: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// Health implements Backend.
+func (l *LVM) Health(ctx context.Context) error {
+	if l.dmErr != nil {
+		return l.dmErr
+	}
+	if _, err := l.vgUsage(ctx); err != nil {
+		return fmt.Errorf("volume group %s is gone: %w", l.vg, err)
+	}
+	return nil
+}
+
+// Usage implements Backend.
+func (l *LVM) Usage(ctx context.Context) (Usage, error) {
+	u, err := l.vgUsage(ctx)
+	if err != nil {
+		return Usage{}, err
+	}
+	u.CapacityBytes = max(u.CapacityBytes-l.reserved, 0)
+	u.FreeBytes = min(max(u.FreeBytes-l.reserved, 0), u.CapacityBytes)
+	return u, nil
+}
+
+type vgsReport struct {
+	Report []struct {
+		VG []struct {
+			Name string `json:"vg_name"`
+			Size string `json:"vg_size"`
+			Free string `json:"vg_free"`
+		} `json:"vg"`
+	} `json:"report"`
+}
+
+func (l *LVM) vgUsage(ctx context.Context) (Usage, error) {
+	out, err := l.run.Run(ctx, "vgs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "vg_name,vg_size,vg_free", l.vg)
+	if err != nil {
+		return Usage{}, err
+	}
+	return parseVGs(out, l.vg)
+}
+
+func parseVGs(out, vg string) (Usage, error) {
+	var r vgsReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return Usage{}, fmt.Errorf("parsing vgs output: %w", err)
+	}
+	for _, rep := range r.Report {
+		for _, g := range rep.VG {
+			if g.Name != vg {
+				continue
+			}
+			size, err := strconv.ParseInt(g.Size, 10, 64)
+			if err != nil {
+				return Usage{}, fmt.Errorf("parsing vg_size %q: %w", g.Size, err)
+			}
+			free, err := strconv.ParseInt(g.Free, 10, 64)
+			if err != nil {
+				return Usage{}, fmt.Errorf("parsing vg_free %q: %w", g.Free, err)
+			}
+			return Usage{CapacityBytes: size, FreeBytes: free}, nil
+		}
+	}
+	return Usage{}, fmt.Errorf("volume group %s: %w", vg, ErrNotFound)
+}
+
+// lv is one logical volume as lvs reports it, tags decoded.
+type lv struct {
+	name      string
+	size      int64
+	csiName   string
+	pvc       string
+	source    string
+	state     State
+	snapshot  bool
+	createdAt time.Time
+}
+
+type lvsReport struct {
+	Report []struct {
+		LV []struct {
+			Name string `json:"lv_name"`
+			Size string `json:"lv_size"`
+			Tags string `json:"lv_tags"`
+			Time string `json:"lv_time"`
+		} `json:"lv"`
+	} `json:"report"`
+}
+
+func (l *LVM) lvs(ctx context.Context) ([]lv, error) {
+	out, err := l.run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time", l.vg)
+	if err != nil {
+		return nil, err
+	}
+	return parseLVs(out)
+}
+
+// parseLVs decodes lvs' JSON report and keeps only diskfit's LVs (those
+// with a name tag), so other LVs sharing the group are left alone.
+func parseLVs(out string) ([]lv, error) {
+	var r lvsReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return nil, fmt.Errorf("parsing lvs output: %w", err)
+	}
+	var lvs []lv
+	for _, rep := range r.Report {
+		for _, raw := range rep.LV {
+			size, err := strconv.ParseInt(raw.Size, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("parsing lv_size %q of %s: %w", raw.Size, raw.Name, err)
+			}
+			v := lv{name: raw.Name, size: size}
+			// lv_time looks like "2026-11-29 23:40:01 +0000".
+			v.createdAt, _ = time.Parse("2006-01-02 15:04:05 -0700", raw.Time)
+			ours := false
+			for _, tag := range strings.Split(raw.Tags, ",") {
+				switch {
+				case strings.HasPrefix(tag, tagName):
+					name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(tag, tagName))
+					if err != nil {
+						return nil, fmt.Errorf("decoding name tag of %s: %w", raw.Name, err)
+					}
+					v.csiName, ours = string(name), true
+				case strings.HasPrefix(tag, tagPVC):
+					v.pvc = strings.TrimPrefix(tag, tagPVC)
+				case strings.HasPrefix(tag, tagState):
+					v.state = State(strings.TrimPrefix(tag, tagState))
+				case strings.HasPrefix(tag, tagSource):
+					v.source = strings.TrimPrefix(tag, tagSource)
+				case tag == tagSnapshot:
+					v.snapshot = true
+				}
+			}
+			if ours {
+				lvs = append(lvs, v)
+			}
+		}
+	}
+	sort.Slice(lvs, func(i, j int) bool { return lvs[i].name < lvs[j].name })
+	return lvs, nil
+}
+
+// roundExtent rounds size up to whole extents.
+func roundExtent(size int64) int64 {
+	return (size + extent - 1) / extent * extent
+}
+
+// createArgs builds the lvcreate command line for a volume or snapshot. A
+// snapshot is a thick LVM snapshot of its source with room for the whole
+// source to change.
+func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool) []string {
+	args := []string{"--yes", "--name", lvName, "--size", strconv.FormatInt(roundExtent(size), 10) + "b",
+		"--addtag", tagName + base64.RawURLEncoding.EncodeToString([]byte(csiName)),
+		"--addtag", tagState + string(StateCreating)}
+	if pvc != "" {
+		args = append(args, "--addtag", tagPVC+pvc)
+	}
+	if source != "" {
+		args = append(args, "--addtag", tagSource+source)
+	}
+	if snapshot {
+		return append(args, "--addtag", tagSnapshot, "--snapshot", l.vg+"/"+volumePrefix+source)
+	}
+	return append(args, l.vg)
+}
+
+func (l *LVM) lvPath(name string) string { return "/dev/" + l.vg + "/" + name }
+
+// noSpace turns lvm's "insufficient free space" into ErrNoSpace.
+func noSpace(err error) error {
+	if err != nil && strings.Contains(err.Error(), "nsufficient free space") {
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	}
+	return err
+}
+
+func (l *LVM) find(ctx context.Context, lvName string) (*lv, error) {
+	lvs, err := l.lvs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range lvs {
+		if lvs[i].name == lvName && lvs[i].state == StateReady {
+			return &lvs[i], nil
+		}
+	}
+	return nil, ErrNotFound
+}
+
+// CreateVolume implements Backend: the LV is created tagged "creating" and
+// re-tagged "ready" once complete, so Start can undo a half-made one.
+func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
+	if err := l.Health(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnhealthy, err)
+	}
+	name := volumePrefix + req.Key
+	pvc := ""
+	if req.PVCName != "" {
+		pvc = req.PVCNamespace + "/" + req.PVCName
+	}
+	var copyFrom string
+	switch {
+	case req.FromSnapshot != "":
+		copyFrom = snapPrefix + req.FromSnapshot
+	case req.FromVolume != "":
+		copyFrom = volumePrefix + req.FromVolume
+	}
+	if copyFrom != "" {
+		if _, err := l.find(ctx, copyFrom); err != nil {
+			return nil, fmt.Errorf("content source %s: %w", copyFrom, err)
+		}
+	}
+	// Remove a half-made leftover of an earlier attempt first.
+	if err := l.removeLV(ctx, name); err != nil {
+		return nil, err
+	}
+	if _, err := l.run.Run(ctx, "lvcreate", l.createArgs(name, req.Name, pvc, "", req.SizeBytes, false)...); err != nil {
+		return nil, noSpace(err)
+	}
+	if copyFrom != "" {
+		if err := l.copyLV(ctx, copyFrom, name); err != nil {
+			return nil, errors.Join(err, l.removeLV(ctx, name))
+		}
+	}
+	if err := l.markReady(ctx, name); err != nil {
+		return nil, errors.Join(err, l.removeLV(ctx, name))
+	}
+	return l.GetVolume(ctx, req.Key)
+}
+
+// copyLV copies the data of one LV into another with direct I/O.
+func (l *LVM) copyLV(ctx context.Context, from, to string) error {
+	for _, name := range []string{from, to} {
+		if _, err := l.run.Run(ctx, "lvchange", "--activate", "y", l.vg+"/"+name); err != nil {
+			return err
+		}
+	}
+	_, err := l.run.Run(ctx, "dd", "if="+l.lvPath(from), "of="+l.lvPath(to), "bs=4M", "iflag=direct", "oflag=direct", "conv=sparse")
+	return err
+}
+
+func (l *LVM) markReady(ctx context.Context, name string) error {
+	_, err := l.run.Run(ctx, "lvchange", "--deltag", tagState+string(StateCreating), "--addtag", tagState+string(StateReady), l.vg+"/"+name)
+	return err
+}
+
+// removeLV removes an LV if it exists.
+func (l *LVM) removeLV(ctx context.Context, name string) error {
+	lvs, err := l.lvs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range lvs {
+		if v.name == name {
+			_, err := l.run.Run(ctx, "lvremove", "--yes", l.vg+"/"+name)
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *LVM) volume(v *lv, key string) *Volume {
+	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt}
+	vol.PVCNamespace, vol.PVCName, _ = strings.Cut(v.pvc, "/")
+	return vol
+}
+
+// DeleteVolume implements Backend.
+func (l *LVM) DeleteVolume(ctx context.Context, key string) error {
+	if l.dmErr != nil {
+		return fmt.Errorf("%w: %w", ErrUnhealthy, l.dmErr)
+	}
+	return l.removeLV(ctx, volumePrefix+key)
+}
+
+// GetVolume implements Backend.
+func (l *LVM) GetVolume(ctx context.Context, key string) (*Volume, error) {
+	v, err := l.find(ctx, volumePrefix+key)
+	if err != nil {
+		return nil, err
+	}
+	return l.volume(v, key), nil
+}
+
+// ListVolumes implements Backend.
+func (l *LVM) ListVolumes(ctx context.Context) ([]Volume, error) {
+	lvs, err := l.lvs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var vols []Volume
+	for i := range lvs {
+		if key, ok := strings.CutPrefix(lvs[i].name, volumePrefix); ok && lvs[i].state == StateReady && !lvs[i].snapshot {
+			vols = append(vols, *l.volume(&lvs[i], key))
+		}
+	}
+	return vols, nil
+}
+
+// ExpandVolume implements Backend.
+func (l *LVM) ExpandVolume(ctx context.Context, key string, size int64) (*Volume, error) {
+	vol, err := l.GetVolume(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if size <= vol.SizeBytes {
+		return vol, nil
+	}
+	if _, err := l.run.Run(ctx, "lvextend", "--size", strconv.FormatInt(roundExtent(size), 10)+"b", l.vg+"/"+volumePrefix+key); err != nil {
+		return nil, noSpace(err)
+	}
+	return l.GetVolume(ctx, key)
+}
+
+// VolumeHealth implements Backend.
+func (l *LVM) VolumeHealth(ctx context.Context, key string) error {
+	if err := l.Health(ctx); err != nil {
+		return err
+	}
+	_, err := l.find(ctx, volumePrefix+key)
+	return err
+}
+
+// Attach implements Backend.
+func (l *LVM) Attach(ctx context.Context, key string) (string, error) {
+	if _, err := l.GetVolume(ctx, key); err != nil {
+		return "", err
+	}
+	if _, err := l.run.Run(ctx, "lvchange", "--activate", "y", l.vg+"/"+volumePrefix+key); err != nil {
+		return "", err
+	}
+	return l.lvPath(volumePrefix + key), nil
+}
+
+// Device implements Backend.
+func (l *LVM) Device(_ context.Context, key string) (string, error) {
+	p := l.lvPath(volumePrefix + key)
+	if _, err := os.Stat(p); err != nil {
+		return "", nil
+	}
+	return p, nil
+}
+
+// Detach implements Backend.
+func (l *LVM) Detach(ctx context.Context, key string) error {
+	if _, err := l.find(ctx, volumePrefix+key); errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	_, err := l.run.Run(ctx, "lvchange", "--activate", "n", l.vg+"/"+volumePrefix+key)
+	return err
+}
+
+// SupportsSnapshots implements Backend.
+func (l *LVM) SupportsSnapshots() bool { return l.dmErr == nil }
+
+// CreateSnapshot implements Backend.
+func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error) {
+	src, err := l.GetVolume(ctx, sourceKey)
+	if err != nil {
+		return nil, fmt.Errorf("source volume: %w", err)
+	}
+	lvName := snapPrefix + key
+	if err := l.removeLV(ctx, lvName); err != nil {
+		return nil, err
+	}
+	if _, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true)...); err != nil {
+		return nil, noSpace(err)
+	}
+	if err := l.markReady(ctx, lvName); err != nil {
+		return nil, errors.Join(err, l.removeLV(ctx, lvName))
+	}
+	return l.GetSnapshot(ctx, key)
+}
+
+// DeleteSnapshot implements Backend.
+func (l *LVM) DeleteSnapshot(ctx context.Context, key string) error {
+	if l.dmErr != nil {
+		return fmt.Errorf("%w: %w", ErrUnhealthy, l.dmErr)
+	}
+	return l.removeLV(ctx, snapPrefix+key)
+}
+
+// GetSnapshot implements Backend.
+func (l *LVM) GetSnapshot(ctx context.Context, key string) (*Snapshot, error) {
+	v, err := l.find(ctx, snapPrefix+key)
+	if err != nil {
+		return nil, err
+	}
+	return &Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt}, nil
+}
+
+// ListSnapshots implements Backend.
+func (l *LVM) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
+	lvs, err := l.lvs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var snaps []Snapshot
+	for _, v := range lvs {
+		if key, ok := strings.CutPrefix(v.name, snapPrefix); ok && v.state == StateReady && v.snapshot {
+			snaps = append(snaps, Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt})
+		}
+	}
+	return snaps, nil
+}
+
+// SetDeviceMapperControl points the device-mapper check at another path;
+// tests use it to run the backend as if device-mapper existed or not.
+func (l *LVM) SetDeviceMapperControl(path string) { l.dmControl = path }

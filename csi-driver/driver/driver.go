@@ -1,0 +1,298 @@
+// Package driver implements the diskfit CSI driver's Identity, Controller
+// and Node services on top of the disks' backends.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/kubernetes-csi/csi-lib-utils/connection"
+	"github.com/kubernetes-csi/csi-lib-utils/metrics"
+	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/backend"
+	"github.com/diskfit/diskfit/csi-driver/config"
+)
+
+// Version is the driver version reported by GetPluginInfo.
+var Version = "v0.1.0"
+
+// PVCGetter reads the PVC a volume is created for. It is the driver's only
+// read from the Kubernetes API.
+type PVCGetter interface {
+	GetPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
+}
+
+// StatusPublisher publishes the node's DiskNode status.
+type StatusPublisher interface {
+	Publish(ctx context.Context, status *v1alpha1.DiskNodeStatus) error
+}
+
+// Config is everything the driver needs to run.
+type Config struct {
+	// Endpoint is the unix socket to serve on, "unix:///path" or "/path".
+	Endpoint string
+	// NodeID is this node's name.
+	NodeID string
+	// Node is the parsed node config.
+	Node *config.NodeConfig
+	// KubeletDir is the kubelet's root directory; stage and publish paths
+	// must be below it.
+	KubeletDir string
+	// MetricsAddress serves /metrics when not empty.
+	MetricsAddress string
+	// StatusInterval is how often the DiskNode is refreshed.
+	StatusInterval time.Duration
+	// PVCs reads PVCs; nil means no PVC is ever read (no disk annotation).
+	PVCs PVCGetter
+	// Status publishes the DiskNode; nil means nothing is published.
+	Status StatusPublisher
+	// Hooks are passed to the file backends; tests use them to crash the
+	// driver at chosen points.
+	Hooks backend.Hooks
+	// LVMRunner runs lvm2 commands; nil means ExecRunner.
+	LVMRunner backend.Runner
+	// DeviceMapperControl overrides backend.DeviceMapperControl in tests.
+	DeviceMapperControl string
+}
+
+// disk is one configured disk and its backend.
+type disk struct {
+	name        string
+	deviceClass string
+	backend     backend.Backend
+	// startErr is why the backend could not start; the disk then stays
+	// unhealthy and the driver serves the others.
+	startErr error
+}
+
+func (d *disk) health(ctx context.Context) error {
+	if d.startErr != nil {
+		return d.startErr
+	}
+	return d.backend.Health(ctx)
+}
+
+// Driver serves the CSI services.
+type Driver struct {
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
+	csi.UnimplementedNodeServer
+
+	cfg        Config
+	kubeletDir string
+	disks      []*disk
+	byName     map[string]*disk
+	locks      *keyLocks
+	mounter    *mount.SafeFormatAndMount
+	exec       utilexec.Interface
+	ready      atomic.Bool
+	// kick asks the status loop for an early refresh.
+	kick    chan struct{}
+	metrics metrics.CSIMetricsManager
+}
+
+// New validates cfg and builds the driver. Nothing touches the disks until Run.
+func New(cfg Config) (*Driver, error) {
+	var errs []error
+	if cfg.Endpoint == "" {
+		errs = append(errs, errors.New("endpoint is required"))
+	}
+	if cfg.NodeID == "" {
+		errs = append(errs, errors.New("node ID is required"))
+	}
+	if cfg.Node == nil {
+		errs = append(errs, errors.New("node config is required"))
+	} else if err := cfg.Node.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if !filepath.IsAbs(cfg.KubeletDir) {
+		errs = append(errs, fmt.Errorf("kubelet directory %q is not absolute", cfg.KubeletDir))
+	}
+	if cfg.StatusInterval <= 0 {
+		errs = append(errs, errors.New("status interval must be positive"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid driver config: %w", err)
+	}
+	kubeletDir, err := filepath.EvalSymlinks(cfg.KubeletDir)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet directory: %w", err)
+	}
+	if cfg.LVMRunner == nil {
+		cfg.LVMRunner = backend.ExecRunner{}
+	}
+	ex := utilexec.New()
+	d := &Driver{
+		cfg:        cfg,
+		kubeletDir: kubeletDir,
+		byName:     map[string]*disk{},
+		locks:      newKeyLocks(),
+		mounter:    mount.NewSafeFormatAndMount(mount.New(""), ex),
+		exec:       ex,
+		kick:       make(chan struct{}, 1),
+		metrics:    metrics.NewCSIMetricsManagerForPlugin(diskfit.DriverName),
+	}
+	for _, dc := range cfg.Node.Disks {
+		var b backend.Backend
+		switch dc.Backend {
+		case v1alpha1.BackendLVM:
+			l := backend.NewLVM(dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), cfg.LVMRunner)
+			if cfg.DeviceMapperControl != "" {
+				l.SetDeviceMapperControl(cfg.DeviceMapperControl)
+			}
+			b = l
+		default:
+			b = backend.NewFile(dc.Path, dc.ReservedBytes(), cfg.Hooks)
+		}
+		dk := &disk{name: dc.Name, deviceClass: dc.DeviceClass, backend: b}
+		d.disks = append(d.disks, dk)
+		d.byName[dk.name] = dk
+	}
+	return d, nil
+}
+
+// Start starts every disk's backend and marks the driver ready. Run calls
+// it; tests that call the services directly call it themselves.
+func (d *Driver) Start(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for _, dk := range d.disks {
+		if err := dk.backend.Start(ctx); err != nil {
+			dk.startErr = fmt.Errorf("starting disk: %w", err)
+			logger.Error(err, "Disk unusable", "disk", dk.name)
+			continue
+		}
+		if err := dk.backend.Health(ctx); err != nil {
+			logger.Info("Disk unhealthy", "disk", dk.name, "reason", err.Error())
+		}
+	}
+	d.ready.Store(true)
+}
+
+// Run serves the CSI services on the endpoint until ctx is cancelled, then
+// stops gracefully.
+func (d *Driver) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	lis, err := listen(d.cfg.Endpoint)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+		loggingInterceptor(logger),
+		connection.ExtendedCSIMetricsManager{CSIMetricsManager: d.metrics}.RecordMetricsServerInterceptor,
+	))
+	csi.RegisterIdentityServer(srv, d)
+	csi.RegisterControllerServer(srv, d)
+	csi.RegisterNodeServer(srv, d)
+
+	// Serve before the disks are scanned: Probe answers "not ready" until
+	// then, which is what the CSI spec asks for.
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(lis) }()
+	var httpSrv *http.Server
+	if d.cfg.MetricsAddress != "" {
+		mux := http.NewServeMux()
+		d.metrics.RegisterToServer(mux, "/metrics")
+		httpSrv = &http.Server{Addr: d.cfg.MetricsAddress, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := httpSrv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error(err, "Metrics server failed")
+			}
+		}()
+	}
+	d.Start(ctx)
+	statusDone := make(chan struct{})
+	go func() {
+		defer close(statusDone)
+		d.statusLoop(ctx)
+	}()
+	logger.Info("Serving CSI", "endpoint", d.cfg.Endpoint, "node", d.cfg.NodeID, "disks", len(d.disks))
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return fmt.Errorf("serving gRPC: %w", err)
+	}
+	logger.Info("Shutting down")
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		srv.Stop()
+	}
+	if httpSrv != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = httpSrv.Shutdown(shutdownCtx)
+	}
+	<-statusDone
+	return nil
+}
+
+// listen opens the unix socket, replacing a stale one of a previous run.
+func listen(endpoint string) (net.Listener, error) {
+	path := strings.TrimPrefix(endpoint, "unix://")
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("endpoint %q is not an absolute unix socket path", endpoint)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("removing stale socket: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("creating socket directory: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	return lis, nil
+}
+
+// loggingInterceptor logs every call with secrets stripped, and attaches
+// a logger naming the method to the call's context.
+func loggingInterceptor(logger klog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		l := logger.WithValues("method", info.FullMethod)
+		ctx = klog.NewContext(ctx, l)
+		l.V(4).Info("Call", "request", protosanitizer.StripSecrets(req))
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		if err != nil {
+			l.Error(err, "Call failed", "duration", time.Since(start))
+		} else {
+			l.V(4).Info("Call done", "response", protosanitizer.StripSecrets(resp), "duration", time.Since(start))
+		}
+		return resp, err
+	}
+}
+
+// disk returns the named disk or nil.
+func (d *Driver) disk(name string) *disk { return d.byName[name] }
+
+// triggerStatus asks for an early DiskNode refresh without waiting for it.
+func (d *Driver) triggerStatus() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,156 @@
+package driver
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/backend"
+	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+	"github.com/diskfit/diskfit/csi-driver/config"
+	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
+	"github.com/diskfit/diskfit/csi-driver/kube"
+)
+
+const (
+	testNode = "node-a"
+	gi       = int64(1) << 30
+	mi       = int64(1) << 20
+)
+
+// testDisk describes a loop-mounted disk for a test driver.
+type testDisk struct {
+	name, class, fsType string
+	size                int64
+}
+
+// env is a driver on real loop-mounted disks with fake API clients.
+type env struct {
+	d       *Driver
+	ctx     context.Context
+	kubelet string
+	paths   map[string]string
+	kube    *k8sfake.Clientset
+	diskfit *dffake.Clientset
+}
+
+// newEnv starts a driver on fresh disks. hooks may be nil.
+func newEnv(t *testing.T, disks []testDisk, hooks *backend.Hooks) *env {
+	t.Helper()
+	testdisk.Require(t)
+	_, ctx := ktesting.NewTestContext(t)
+	e := &env{ctx: ctx, paths: map[string]string{}}
+	cfg := &config.NodeConfig{MaxVolumes: 100}
+	for _, td := range disks {
+		p := testdisk.New(t, td.fsType, td.size)
+		e.paths[td.name] = p
+		cfg.Disks = append(cfg.Disks, config.Disk{Name: td.name, Backend: v1alpha1.BackendFile, DeviceClass: td.class, Path: p})
+	}
+	e.kubelet = testdisk.KubeletDir(t)
+	e.kube = k8sfake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: types.UID("uid-" + testNode)}})
+	e.diskfit = dffake.NewSimpleClientset()
+	c := Config{
+		Endpoint: "unix:///unused", NodeID: testNode, Node: cfg, KubeletDir: e.kubelet, StatusInterval: time.Hour,
+		PVCs:   kube.PVCGetter{Client: e.kube},
+		Status: kube.DiskNodePublisher{Kube: e.kube, DiskFit: e.diskfit, NodeName: testNode},
+	}
+	if hooks != nil {
+		c.Hooks = *hooks
+	}
+	d, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Start(ctx)
+	e.d = d
+	return e
+}
+
+// twoDisks is the usual layout: a small and a big XFS disk.
+func twoDisks() []testDisk {
+	return []testDisk{
+		{name: "small", class: "ssd", fsType: "xfs", size: 2 * gi},
+		{name: "big", class: "hdd", fsType: "xfs", size: 4 * gi},
+	}
+}
+
+func mountCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
+
+func blockCap() *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+}
+
+func createReq(name string, size int64) *csi.CreateVolumeRequest {
+	return &csi.CreateVolumeRequest{
+		Name:               name,
+		CapacityRange:      &csi.CapacityRange{RequiredBytes: size},
+		VolumeCapabilities: []*csi.VolumeCapability{mountCap()},
+		Parameters:         map[string]string{},
+	}
+}
+
+// addPVC creates a PVC with the given annotations and returns the
+// CreateVolume parameters naming it.
+func (e *env) addPVC(t *testing.T, name string, annotations map[string]string) map[string]string {
+	t.Helper()
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Annotations: annotations}}
+	if _, err := e.kube.CoreV1().PersistentVolumeClaims("default").Create(e.ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{diskfit.PVCNamespaceKey: "default", diskfit.PVCNameKey: name, diskfit.PVNameKey: "pv-" + name}
+}
+
+func (e *env) mustCreate(t *testing.T, req *csi.CreateVolumeRequest) *csi.Volume {
+	t.Helper()
+	resp, err := e.d.CreateVolume(e.ctx, req)
+	if err != nil {
+		t.Fatalf("CreateVolume(%s): %v", req.Name, err)
+	}
+	return resp.Volume
+}
+
+// volumeFiles lists the files in every disk's volume state directory, so
+// tests can check that a failed call left nothing behind.
+func (e *env) volumeFiles(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	for name, p := range e.paths {
+		for _, sub := range []string{"volumes", "snapshots"} {
+			entries, err := os.ReadDir(p + "/diskfit/" + sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, en := range entries {
+				files = append(files, name+"/"+sub+"/"+en.Name())
+			}
+		}
+	}
+	return files
+}
+
+func wantCode(t *testing.T, err error, want codes.Code) {
+	t.Helper()
+	if got := status.Code(err); got != want {
+		t.Fatalf("got code %s (%v), want %s", got, err, want)
+	}
+}

@@ -1,0 +1,490 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+)
+
+var _ csi.NodeServer = &Driver{}
+
+// NodeGetCapabilities implements csi.NodeServer.
+func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: []*csi.NodeServiceCapability{
+		nodeCap(csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME),
+		nodeCap(csi.NodeServiceCapability_RPC_GET_VOLUME_STATS),
+		nodeCap(csi.NodeServiceCapability_RPC_EXPAND_VOLUME),
+		nodeCap(csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER),
+		nodeCap(csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH),
+		nodeCap(csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH),
+	}}, nil
+}
+
+// NodeGetInfo implements csi.NodeServer.
+func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{
+		NodeId:             d.cfg.NodeID,
+		MaxVolumesPerNode:  d.cfg.Node.MaxVolumes,
+		AccessibleTopology: d.topology(),
+	}, nil
+}
+
+// checkPath validates a stage or publish path: absolute, clean, and below
+// the kubelet directory even after resolving symlinks of its parent, so a
+// request can never make the driver mount over something else on the host.
+func (d *Driver) checkPath(kind, p string) (string, error) {
+	switch {
+	case p == "":
+		return "", status.Errorf(codes.InvalidArgument, "%s is missing", kind)
+	case strings.ContainsRune(p, 0):
+		return "", status.Errorf(codes.InvalidArgument, "%s contains NUL", kind)
+	case !filepath.IsAbs(p):
+		return "", status.Errorf(codes.InvalidArgument, "%s %q is not absolute", kind, p)
+	}
+	clean := filepath.Clean(p)
+	outside := func(path string) bool {
+		return path == d.kubeletDir || !mount.PathWithinBase(path, d.kubeletDir)
+	}
+	if outside(clean) {
+		return "", status.Errorf(codes.InvalidArgument, "%s %s is outside the kubelet directory %s", kind, p, d.kubeletDir)
+	}
+	if parent, err := filepath.EvalSymlinks(filepath.Dir(clean)); err == nil && outside(filepath.Join(parent, filepath.Base(clean))) {
+		return "", status.Errorf(codes.InvalidArgument, "%s %s resolves outside the kubelet directory %s", kind, p, d.kubeletDir)
+	}
+	return clean, nil
+}
+
+// nodeRequest validates the volume ID and path every stage and publish
+// call carries, in the order the CSI spec's error table implies: missing
+// arguments first, then whether the volume exists.
+func (d *Driver) nodeRequest(id, pathKind, path string) (*disk, string, string, error) {
+	if id == "" {
+		return nil, "", "", status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	clean, err := d.checkPath(pathKind, path)
+	if err != nil {
+		return nil, "", "", err
+	}
+	dk, key, err := d.volumeOf(id)
+	if err != nil {
+		return nil, "", "", err
+	}
+	return dk, key, clean, nil
+}
+
+// NodeStageVolume implements csi.NodeServer: attach, and for Filesystem
+// volumes format once and mount at the staging path.
+func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	if err := d.checkReady(); err != nil {
+		return nil, err
+	}
+	dk, key, staging, err := d.nodeRequest(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, err
+	}
+	defer d.locks.lock("volume/" + key)()
+	dev, err := dk.backend.Attach(ctx, key)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("attaching volume %s: %w", req.GetVolumeId(), err))
+	}
+	mnt := req.GetVolumeCapability().GetMount()
+	if mnt == nil {
+		// Block: the device itself is published; nothing to mount.
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	fsType := mnt.GetFsType()
+	if fsType == "" {
+		fsType = defaultFSType
+	}
+	if mounted, err := d.mountedDevice(staging); err != nil {
+		return nil, toStatus(err)
+	} else if mounted != "" {
+		if mounted != dev {
+			return nil, status.Errorf(codes.AlreadyExists, "staging path %s holds %s, not volume %s (%s)", staging, mounted, req.GetVolumeId(), dev)
+		}
+		return &csi.NodeStageVolumeResponse{}, nil
+	}
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "creating staging path: %v", err)
+	}
+	if err := d.growExtOffline(ctx, dev); err != nil {
+		return nil, toStatus(err)
+	}
+	opts := append([]string{}, mnt.GetMountFlags()...)
+	if fsType == "xfs" {
+		// Snapshots and clones carry their source's filesystem UUID; XFS
+		// refuses to mount a second filesystem with a UUID already mounted.
+		opts = append(opts, "nouuid")
+	}
+	if err := d.mounter.FormatAndMount(dev, staging, fsType, opts); err != nil {
+		if derr := dk.backend.Detach(ctx, key); derr != nil {
+			klog.FromContext(ctx).Error(derr, "Detaching after failed stage", "volume", req.GetVolumeId())
+		}
+		return nil, status.Errorf(codes.Internal, "formatting and mounting %s at %s: %v", dev, staging, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Staged volume", "volume", req.GetVolumeId(), "device", dev, "path", staging, "fsType", fsType)
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// mountedDevice returns the source mounted at path, or "" when nothing is.
+func (d *Driver) mountedDevice(path string) (string, error) {
+	notMnt, err := d.mounter.IsLikelyNotMountPoint(path)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && notMnt) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("checking mount point %s: %w", path, err)
+	}
+	dev, _, err := mount.GetDeviceNameFromMount(d.mounter, path)
+	if err != nil {
+		return "", fmt.Errorf("reading mount of %s: %w", path, err)
+	}
+	return dev, nil
+}
+
+// growExtOffline grows an ext4 filesystem that is smaller than its device.
+// This kernel refuses ext4 online resize, so NodeExpandVolume cannot do it
+// while mounted; staging is the next moment the filesystem is offline.
+func (d *Driver) growExtOffline(ctx context.Context, dev string) error {
+	format, err := d.mounter.GetDiskFormat(dev)
+	if err != nil || (format != "ext4" && format != "ext3") {
+		return nil
+	}
+	fsBytes, err := extSize(d, dev)
+	if err != nil {
+		return err
+	}
+	devBytes, err := deviceSize(dev)
+	if err != nil {
+		return err
+	}
+	if fsBytes >= devBytes {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Growing ext4 filesystem offline", "device", dev, "from", fsBytes, "to", devBytes)
+	// e2fsck exits 1 when it corrected something, which is fine here.
+	if out, err := d.exec.CommandContext(ctx, "e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil && !exitCode(err, 1) {
+		return fmt.Errorf("e2fsck before growing %s: %w: %s", dev, err, out)
+	}
+	if out, err := d.exec.CommandContext(ctx, "resize2fs", dev).CombinedOutput(); err != nil {
+		return fmt.Errorf("resize2fs %s: %w: %s", dev, err, out)
+	}
+	return nil
+}
+
+func exitCode(err error, code int) bool {
+	var ee interface{ ExitStatus() int }
+	return errors.As(err, &ee) && ee.ExitStatus() == code
+}
+
+// extSize reads an ext filesystem's size from its superblock.
+func extSize(d *Driver, dev string) (int64, error) {
+	out, err := d.exec.Command("dumpe2fs", "-h", dev).Output()
+	if err != nil {
+		return 0, fmt.Errorf("dumpe2fs %s: %w", dev, err)
+	}
+	var count, size int64
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "Block count":
+			fmt.Sscan(strings.TrimSpace(v), &count)
+		case "Block size":
+			fmt.Sscan(strings.TrimSpace(v), &size)
+		}
+	}
+	if count == 0 || size == 0 {
+		return 0, fmt.Errorf("dumpe2fs %s printed no block count or size", dev)
+	}
+	return count * size, nil
+}
+
+// deviceSize returns a block device's size in bytes.
+func deviceSize(dev string) (int64, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return 0, fmt.Errorf("opening %s: %w", dev, err)
+	}
+	defer f.Close()
+	// Seeking to the end of a block device yields its size.
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return 0, fmt.Errorf("reading size of %s: %w", dev, err)
+	}
+	return size, nil
+}
+
+// NodeUnstageVolume implements csi.NodeServer; it is idempotent.
+func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	dk, key, staging, err := d.nodeRequest(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	defer d.locks.lock("volume/" + key)()
+	if notMnt, err := d.mounter.IsLikelyNotMountPoint(staging); err == nil && !notMnt {
+		if err := d.mounter.Unmount(staging); err != nil {
+			return nil, status.Errorf(codes.Internal, "unmounting %s: %v", staging, err)
+		}
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, status.Errorf(codes.Internal, "checking mount point %s: %v", staging, err)
+	}
+	if err := dk.backend.Detach(ctx, key); err != nil {
+		return nil, toStatus(fmt.Errorf("detaching volume %s: %w", req.GetVolumeId(), err))
+	}
+	klog.FromContext(ctx).V(2).Info("Unstaged volume", "volume", req.GetVolumeId(), "path", staging)
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodePublishVolume implements csi.NodeServer: bind mount the staged
+// filesystem, or for Block the device node, onto the target.
+func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if err := d.checkReady(); err != nil {
+		return nil, err
+	}
+	dk, key, target, err := d.nodeRequest(req.GetVolumeId(), "target path", req.GetTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	staging, err := d.checkPath("staging target path", req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	cap := req.GetVolumeCapability()
+	if err := checkCapability(cap); err != nil {
+		return nil, err
+	}
+	defer d.locks.lock("volume/" + key)()
+	if _, err := dk.backend.GetVolume(ctx, key); err != nil {
+		return nil, toStatus(fmt.Errorf("volume %s: %w", req.GetVolumeId(), err))
+	}
+	dev, err := dk.backend.Device(ctx, key)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if dev == "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged", req.GetVolumeId())
+	}
+	block := cap.GetBlock() != nil
+	source := staging
+	if block {
+		source = dev
+	} else if mounted, err := d.mountedDevice(staging); err != nil {
+		return nil, toStatus(err)
+	} else if mounted != dev {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
+	}
+	others, err := publications(dev, block, staging, target)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if len(others) > 0 && cap.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", req.GetVolumeId(), strings.Join(others, ", "))
+	}
+	if mounted, err := d.isMountPoint(target); err != nil {
+		return nil, toStatus(err)
+	} else if mounted {
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if err := makeTarget(target, block); err != nil {
+		return nil, status.Errorf(codes.Internal, "creating target %s: %v", target, err)
+	}
+	opts := []string{"bind"}
+	if req.GetReadonly() || cap.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY {
+		opts = append(opts, "ro")
+	}
+	if m := cap.GetMount(); m != nil {
+		opts = append(opts, m.GetMountFlags()...)
+	}
+	if err := d.mounter.Mount(source, target, "", opts); err != nil {
+		return nil, status.Errorf(codes.Internal, "bind mounting %s at %s: %v", source, target, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Published volume", "volume", req.GetVolumeId(), "target", target, "block", block, "options", opts)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (d *Driver) isMountPoint(path string) (bool, error) {
+	notMnt, err := d.mounter.IsLikelyNotMountPoint(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("checking mount point %s: %w", path, err)
+	}
+	return !notMnt, nil
+}
+
+// makeTarget creates the publish target: a file for Block, else a directory.
+func makeTarget(target string, block bool) error {
+	if !block {
+		return os.MkdirAll(target, 0o750)
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o640)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// publications lists where dev is published besides staging and target,
+// read from mountinfo: a Filesystem volume's bind mounts have the device as
+// source; a Block volume's bind mounts are of the device node in devtmpfs.
+func publications(dev string, block bool, staging, target string) ([]string, error) {
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	var paths []string
+	for _, mi := range infos {
+		if mi.MountPoint == staging || mi.MountPoint == target {
+			continue
+		}
+		if (!block && mi.Source == dev) || (block && mi.FsType == "devtmpfs" && mi.Root == "/"+filepath.Base(dev)) {
+			paths = append(paths, mi.MountPoint)
+		}
+	}
+	return paths, nil
+}
+
+// NodeUnpublishVolume implements csi.NodeServer: unmount and remove the
+// target, as the CSI spec requires; it is idempotent.
+func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	_, key, target, err := d.nodeRequest(req.GetVolumeId(), "target path", req.GetTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	defer d.locks.lock("volume/" + key)()
+	if err := mount.CleanupMountPoint(target, d.mounter, true); err != nil {
+		return nil, status.Errorf(codes.Internal, "unmounting %s: %v", target, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Unpublished volume", "volume", req.GetVolumeId(), "target", target)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// NodeGetVolumeStats implements csi.NodeServer.
+func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume path is missing")
+	}
+	dk, vol, err := d.getVolume(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	mounted, err := d.isMountPoint(req.GetVolumePath())
+	if err != nil || !mounted {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s", req.GetVolumeId(), req.GetVolumePath())
+	}
+	st, err := os.Stat(req.GetVolumePath())
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+	}
+	if !st.IsDir() {
+		// A Block volume: only its size is known.
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: vol.SizeBytes}}}, nil
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(req.GetVolumePath(), &sfs); err != nil {
+		if h := volumeHealth(ctx, dk, vol.Key); len(h.HealthStatuses) > 0 {
+			return nil, status.Errorf(codes.Internal, "volume %s is unhealthy: %s", req.GetVolumeId(), h.HealthStatuses[0].Message)
+		}
+		return nil, status.Errorf(codes.Internal, "statfs %s: %v", req.GetVolumePath(), err)
+	}
+	bs := sfs.Frsize
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: int64(sfs.Blocks) * bs, Available: int64(sfs.Bavail) * bs, Used: int64(sfs.Blocks-sfs.Bfree) * bs},
+		{Unit: csi.VolumeUsage_INODES, Total: int64(sfs.Files), Available: int64(sfs.Ffree), Used: int64(sfs.Files - sfs.Ffree)},
+	}}, nil
+}
+
+// NodeGetVolumeHealth implements csi.NodeServer.
+func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	dk, vol, err := d.getVolume(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: volumeHealth(ctx, dk, vol.Key)}, nil
+}
+
+// NodeGetStorageHealth implements csi.NodeServer: one entry per unhealthy
+// disk, none when all are healthy.
+func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
+	resp := &csi.NodeGetStorageHealthResponse{}
+	for _, dk := range d.disks {
+		if err := dk.health(ctx); err != nil {
+			resp.BackendHealth = append(resp.BackendHealth, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{
+				Status: csi.StorageHealthErrorType_STORAGE_UNREACHABLE, Reason: "DiskUnhealthy",
+				Message: fmt.Sprintf("disk %s: %v", dk.name, err),
+			})
+		}
+	}
+	return resp, nil
+}
+
+// NodeExpandVolume implements csi.NodeServer: grow the filesystem to the
+// device. XFS grows online. ext4 online grow is refused by some kernels
+// (including the test machines'); then the answer says so and the
+// filesystem grows offline at the next NodeStageVolume.
+func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
+	}
+	if req.GetVolumePath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume path is missing")
+	}
+	dk, vol, err := d.getVolume(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	defer d.locks.lock("volume/" + vol.Key)()
+	dev, err := dk.backend.Device(ctx, vol.Key)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if dev == "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on this node", req.GetVolumeId())
+	}
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
+	}
+	if st, err := os.Stat(req.GetVolumePath()); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+	} else if !st.IsDir() {
+		return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
+	}
+	format, err := d.mounter.GetDiskFormat(dev)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading filesystem type of %s: %v", dev, err)
+	}
+	if _, err := mount.NewResizeFs(d.exec).Resize(dev, req.GetVolumePath()); err != nil {
+		if format == "ext4" || format == "ext3" {
+			return nil, status.Errorf(codes.FailedPrecondition,
+				"the kernel refused to grow ext4 on %s online (%v); the filesystem will be grown offline the next time the volume is staged, e.g. when its pod restarts", dev, err)
+		}
+		return nil, status.Errorf(codes.Internal, "growing %s filesystem on %s: %v", format, dev, err)
+	}
+	klog.FromContext(ctx).Info("Grew filesystem", "volume", req.GetVolumeId(), "fsType", format, "bytes", vol.SizeBytes)
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
+}

@@ -1,0 +1,177 @@
+// Package testdisk makes real, loop-mounted filesystems for tests and
+// cleans up every mount and loop device they leave, even when a test fails.
+package testdisk
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"k8s.io/mount-utils"
+)
+
+// Require skips the test unless it runs as root with the tools a real disk
+// needs; the skip message says which is missing.
+func Require(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts loop devices (run through `make test`)")
+	}
+	for _, tool := range []string{"losetup", "mkfs.xfs", "mkfs.ext4", "xfs_growfs", "resize2fs", "mount", "umount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (apt-get install -y xfsprogs e2fsprogs util-linux)", tool)
+		}
+	}
+}
+
+// Run runs a command and fails the test when it fails.
+func Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := Output(name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Output runs a command and returns its standard output.
+func Output(name string, args ...string) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// New makes a sparse image of size bytes, formats it with fsType (xfs with
+// reflink, or ext4), mounts it and returns the mount path. Cleanup detaches
+// every loop device backed by a file on it, unmounts everything below it
+// and then the disk itself.
+func New(t testing.TB, fsType string, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	img := filepath.Join(dir, "disk.img")
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	dev := strings.TrimSpace(Run(t, "losetup", "--find", "--show", img))
+	t.Cleanup(func() {
+		if _, err := Output("losetup", "--detach", dev); err != nil {
+			t.Errorf("detaching disk loop device: %v", err)
+		}
+	})
+	switch fsType {
+	case "xfs":
+		Run(t, "mkfs.xfs", "-q", "-f", "-m", "reflink=1", dev)
+	case "ext4":
+		Run(t, "mkfs.ext4", "-q", "-F", "-m0", dev)
+	default:
+		t.Fatalf("unknown filesystem %q", fsType)
+	}
+	Run(t, "mount", dev, mnt)
+	t.Cleanup(func() { Teardown(t, mnt) })
+	return mnt
+}
+
+// Teardown unmounts everything mounted below root (deepest first),
+// detaches loop devices backed by files below root, then unmounts root
+// itself when it is a mount point.
+func Teardown(t testing.TB, root string) {
+	t.Helper()
+	for _, p := range MountsBelow(root) {
+		if p == root {
+			continue
+		}
+		if _, err := Output("umount", p); err != nil {
+			t.Errorf("unmounting %s: %v", p, err)
+		}
+	}
+	for _, dev := range LoopsBelow(root) {
+		if _, err := Output("losetup", "--detach", dev); err != nil {
+			t.Errorf("detaching %s: %v", dev, err)
+		}
+	}
+	for _, p := range MountsBelow(root) {
+		if p == root {
+			if _, err := Output("umount", p); err != nil {
+				t.Errorf("unmounting %s: %v", p, err)
+			}
+		}
+	}
+}
+
+// MountsBelow lists mount points at or below root, deepest first.
+func MountsBelow(root string) []string {
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var paths []string
+	for _, mi := range infos {
+		if mi.MountPoint == root || strings.HasPrefix(mi.MountPoint, root+"/") {
+			paths = append(paths, mi.MountPoint)
+		}
+	}
+	sort.Slice(paths, func(i, j int) bool { return len(paths[i]) > len(paths[j]) })
+	return paths
+}
+
+// LoopsBelow lists loop devices whose backing file is below root.
+func LoopsBelow(root string) []string {
+	out, err := Output("losetup", "--list", "--json", "--output", "NAME,BACK-FILE")
+	if err != nil || strings.TrimSpace(out) == "" {
+		return nil
+	}
+	var list struct {
+		Loopdevices []struct {
+			Name     string `json:"name"`
+			BackFile string `json:"back-file"`
+		} `json:"loopdevices"`
+	}
+	if json.Unmarshal([]byte(out), &list) != nil {
+		return nil
+	}
+	var devs []string
+	for _, l := range list.Loopdevices {
+		if strings.HasPrefix(strings.TrimSuffix(l.BackFile, " (deleted)"), root+"/") {
+			devs = append(devs, l.Name)
+		}
+	}
+	return devs
+}
+
+// KubeletDir returns a temporary stand-in for the kubelet directory whose
+// mounts are all removed at cleanup.
+func KubeletDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, p := range MountsBelow(real) {
+			if _, err := Output("umount", p); err != nil {
+				t.Errorf("unmounting %s: %v", p, err)
+			}
+		}
+	})
+	return real
+}

@@ -1,0 +1,75 @@
+// Package kube connects the diskfit CSI driver to the Kubernetes API: it
+// reads PVCs and publishes the node's DiskNode status. These are the
+// driver's only API calls, behind the driver's narrow interfaces.
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+)
+
+// PVCGetter reads PVCs with client-go.
+type PVCGetter struct {
+	Client kubernetes.Interface
+}
+
+// GetPVC implements driver.PVCGetter.
+func (g PVCGetter) GetPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+	return g.Client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// DiskNodePublisher writes the status of the DiskNode named after the node,
+// creating the object (owned by the Node, so it goes with it) when missing.
+type DiskNodePublisher struct {
+	Kube     kubernetes.Interface
+	DiskFit  versioned.Interface
+	NodeName string
+}
+
+// Publish implements driver.StatusPublisher.
+func (p DiskNodePublisher) Publish(ctx context.Context, status *v1alpha1.DiskNodeStatus) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		dn, err := p.DiskFit.DiskfitV1alpha1().DiskNodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			dn, err = p.create(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		dn.Status = *status
+		if _, err := p.DiskFit.DiskfitV1alpha1().DiskNodes().UpdateStatus(ctx, dn, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating DiskNode %s status: %w", p.NodeName, err)
+		}
+		return nil
+	})
+}
+
+func (p DiskNodePublisher) create(ctx context.Context) (*v1alpha1.DiskNode, error) {
+	node, err := p.Kube.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Node %s for the DiskNode's owner: %w", p.NodeName, err)
+	}
+	dn := &v1alpha1.DiskNode{ObjectMeta: metav1.ObjectMeta{
+		Name: p.NodeName,
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+		}},
+	}}
+	created, err := p.DiskFit.DiskfitV1alpha1().DiskNodes().Create(ctx, dn, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return p.DiskFit.DiskfitV1alpha1().DiskNodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating DiskNode %s: %w", p.NodeName, err)
+	}
+	return created, nil
+}
