@@ -1,0 +1,49 @@
+package config
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ScoringStrategyType names how DiskFit rates nodes and picks disks.
+type ScoringStrategyType string
+
+const (
+	// MostAllocated bin-packs: it prefers the fullest disk that fits, so
+	// large holes stay free for large volumes.
+	MostAllocated ScoringStrategyType = "MostAllocated"
+	// LeastAllocated spreads: it prefers the emptiest disk, for IO.
+	LeastAllocated ScoringStrategyType = "LeastAllocated"
+)
+
+// DeviceClassWeight weighs the claims of one device class in a node's score.
+type DeviceClassWeight struct {
+	// DeviceClass is the disks' deviceClass ("" for claims without one).
+	DeviceClass string
+	// Weight is the relative weight, 1 to 100.
+	Weight int64
+}
+
+// ScoringStrategy configures scoring and disk choice.
+type ScoringStrategy struct {
+	// Type is MostAllocated or LeastAllocated.
+	Type ScoringStrategyType
+	// DeviceClassWeights weigh claims by device class; classes not listed
+	// weigh 1.
+	DeviceClassWeights []DeviceClassWeight
+}
+
+// DiskFitArgs are the arguments of the DiskFit plugin.
+type DiskFitArgs struct {
+	metav1.TypeMeta
+
+	// BindTimeoutSeconds is passed to the embedded VolumeBinding plugin: how
+	// long PreBind waits for the volumes to be bound.
+	BindTimeoutSeconds int64
+	// ScoringStrategy selects how nodes are scored and disks chosen.
+	ScoringStrategy ScoringStrategy
+	// MaxDiskNodeAge rejects nodes whose DiskNode was observed longer ago;
+	// zero disables the check.
+	MaxDiskNodeAge metav1.Duration
+	// MaxExactClaims is the number of claims up to which packing is exact.
+	MaxExactClaims int32
+}

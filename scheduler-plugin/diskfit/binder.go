@@ -1,0 +1,47 @@
+package diskfit
+
+import (
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
+)
+
+// diskBinder decorates VolumeBinding's Binder. AssumePodVolumes is where
+// VolumeBinding copies each PVC to provision, sets selected-node on the copy
+// and assumes it; PreBind later writes exactly those copies. Putting the
+// reserved disk on the PVCs just before that copy makes the one PVC update
+// carry selected-node and selected-disk together: no second write, no
+// conflict, and the two can never disagree.
+type diskBinder struct {
+	volumebinding.SchedulerVolumeBinder
+	ledger *ledger.Ledger
+}
+
+var _ volumebinding.SchedulerVolumeBinder = &diskBinder{}
+
+// AssumePodVolumes annotates the claims DiskFit reserved for the pod on
+// nodeName with their disks (overwriting a stale annotation from an earlier
+// attempt) and then assumes them as VolumeBinding does.
+func (b *diskBinder) AssumePodVolumes(logger klog.Logger, pod *v1.Pod, nodeName string, podVolumes *volumebinding.PodVolumes) (bool, error) {
+	if podVolumes != nil {
+		for i, dp := range podVolumes.DynamicProvisions {
+			if dp == nil || dp.PVC == nil {
+				continue
+			}
+			disk, ok := b.ledger.ReservedDisk(pod.UID, nodeName, string(dp.PVC.UID))
+			if !ok || dp.PVC.Annotations[diskfit.SelectedDiskAnnotation] == disk {
+				continue
+			}
+			// The PVC may point into the informer cache: never modify it.
+			pvc := dp.PVC.DeepCopy()
+			metav1.SetMetaDataAnnotation(&pvc.ObjectMeta, diskfit.SelectedDiskAnnotation, disk)
+			podVolumes.DynamicProvisions[i] = &volumebinding.DynamicProvision{PVC: pvc, NodeCapacity: dp.NodeCapacity}
+			logger.V(4).Info("Selected disk for claim", "pvc", klog.KObj(pvc), "node", nodeName, "disk", disk)
+		}
+	}
+	return b.SchedulerVolumeBinder.AssumePodVolumes(logger, pod, nodeName, podVolumes)
+}

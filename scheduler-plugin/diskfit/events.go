@@ -1,0 +1,160 @@
+package diskfit
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/util"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
+)
+
+// EventsToRegister returns VolumeBinding's events plus those that can free
+// disk space: a DiskNode reporting more room (or becoming fresh again), a
+// diskfit PV or annotated PVC deleted, and a PVC losing its selected-node
+// (a reschedule releases its disk). StorageClass and Node additions are
+// already among VolumeBinding's events.
+//
+// The hints also hand the event's object to the ledger before the pod is
+// queued: the scheduler's informers and DiskFit's own run independently,
+// and a pod retried before the ledger saw the change would fail again and
+// then wait for an event that has already passed.
+func (pl *DiskFit) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
+	events, err := pl.vb.EventsToRegister(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("VolumeBinding events: %w", err)
+	}
+	for i := range events {
+		if events[i].Event.Resource == fwk.PersistentVolumeClaim && events[i].Event.ActionType&fwk.Update != 0 {
+			events[i].QueueingHintFn = pl.pvcUpdateHint(events[i].QueueingHintFn)
+		}
+	}
+	return append(events,
+		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: DiskNodeResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterDiskNodeChange},
+		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.PersistentVolume, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPVDelete},
+		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.PersistentVolumeClaim, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPVCDelete},
+	), nil
+}
+
+// toDiskNode accepts typed DiskNodes and the unstructured objects the
+// scheduler's dynamic informers deliver.
+func toDiskNode(obj interface{}) (*v1alpha1.DiskNode, error) {
+	switch o := obj.(type) {
+	case nil:
+		return nil, nil
+	case *v1alpha1.DiskNode:
+		return o, nil
+	case *unstructured.Unstructured:
+		dn := &v1alpha1.DiskNode{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, dn); err != nil {
+			return nil, fmt.Errorf("converting DiskNode %s: %w", o.GetName(), err)
+		}
+		return dn, nil
+	default:
+		return nil, fmt.Errorf("unexpected DiskNode object %T", obj)
+	}
+}
+
+// isSchedulableAfterDiskNodeChange queues the pod when a node's disks may
+// hold more than before: a new DiskNode, a disk that is new, newly healthy,
+// larger or freer, or a status that was stale and is fresh again.
+func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	oldDN, err := toDiskNode(oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newDN, err := toDiskNode(newObj)
+	if err != nil || newDN == nil {
+		return fwk.Queue, err
+	}
+	pl.ledger.SetDiskNode(newDN)
+	logger = klog.LoggerWithValues(logger, "pod", klog.KObj(pod), "diskNode", klog.KObj(newDN))
+	if oldDN == nil {
+		logger.V(5).Info("DiskNode created, which may make the pod schedulable")
+		return fwk.Queue, nil
+	}
+	now := pl.now()
+	if oldDN.Status.Stale(now, pl.maxAge) && !newDN.Status.Stale(now, pl.maxAge) {
+		logger.V(5).Info("DiskNode is fresh again, which may make the pod schedulable")
+		return fwk.Queue, nil
+	}
+	for i := range newDN.Status.Disks {
+		n := &newDN.Status.Disks[i]
+		if !n.Healthy {
+			continue
+		}
+		o := oldDN.Status.Disk(n.Name)
+		if o == nil || !o.Healthy || n.FreeBytes > o.FreeBytes || n.CapacityBytes > o.CapacityBytes || n.DeviceClass != o.DeviceClass {
+			logger.V(5).Info("DiskNode reports more usable space, which may make the pod schedulable", "disk", n.Name)
+			return fwk.Queue, nil
+		}
+	}
+	logger.V(5).Info("DiskNode changed without freeing space")
+	return fwk.QueueSkip, nil
+}
+
+// isSchedulableAfterPVDelete queues the pod when a diskfit PV, and so its
+// space on a disk, is gone.
+func (pl *DiskFit) isSchedulableAfterPVDelete(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
+	pv, ok := tombstone[*v1.PersistentVolume](oldObj)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected PV object %T", oldObj)
+	}
+	if _, ours := ledger.PVLocation(pv); !ours {
+		return fwk.QueueSkip, nil
+	}
+	pl.ledger.DeletePV(pv.Name)
+	logger.V(5).Info("diskfit PV deleted, which may make the pod schedulable", "pod", klog.KObj(pod), "pv", klog.KObj(pv))
+	return fwk.Queue, nil
+}
+
+// isSchedulableAfterPVCDelete queues the pod when a PVC that held a disk
+// without a PV yet is gone.
+func (pl *DiskFit) isSchedulableAfterPVCDelete(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
+	pvc, ok := tombstone[*v1.PersistentVolumeClaim](oldObj)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected PVC object %T", oldObj)
+	}
+	if _, placed := ledger.PVCLocation(pvc); !placed {
+		return fwk.QueueSkip, nil
+	}
+	pl.ledger.DeletePVC(pvc)
+	logger.V(5).Info("placed PVC deleted, which may make the pod schedulable", "pod", klog.KObj(pod), "pvc", klog.KObj(pvc))
+	return fwk.Queue, nil
+}
+
+// pvcUpdateHint keeps VolumeBinding's hint and adds one case: an unbound
+// PVC that lost its selected-node (external-provisioner asking for a
+// reschedule) no longer holds its disk.
+func (pl *DiskFit) pvcUpdateHint(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
+	return func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+		if vbHint != nil {
+			if hint, err := vbHint(logger, pod, oldObj, newObj); err != nil || hint == fwk.Queue {
+				return hint, err
+			}
+		} else {
+			return fwk.Queue, nil
+		}
+		oldPVC, newPVC, err := util.As[*v1.PersistentVolumeClaim](oldObj, newObj)
+		if err != nil {
+			return fwk.Queue, err
+		}
+		if oldPVC == nil {
+			return fwk.QueueSkip, nil
+		}
+		_, wasPlaced := ledger.PVCLocation(oldPVC)
+		_, isPlaced := ledger.PVCLocation(newPVC)
+		if wasPlaced && !isPlaced && newPVC.Spec.VolumeName == "" {
+			pl.ledger.SetPVC(newPVC)
+			logger.V(5).Info("PVC released its disk, which may make the pod schedulable", "pod", klog.KObj(pod), "pvc", klog.KObj(newPVC))
+			return fwk.Queue, nil
+		}
+		return fwk.QueueSkip, nil
+	}
+}

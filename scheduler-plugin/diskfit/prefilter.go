@@ -1,0 +1,180 @@
+package diskfit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/component-helpers/storage/ephemeral"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
+)
+
+const stateKey fwk.StateKey = Name
+
+// stateData is what PreFilter learns about the pod's diskfit claims. It is
+// written once per cycle and only read afterwards, so Clone can share it.
+type stateData struct {
+	// claims are the unbound diskfit claims still needing a disk, largest
+	// first (packing.SortClaims).
+	claims []packing.Claim
+	// vbScores records whether the embedded VolumeBinding wants Score.
+	vbScores bool
+}
+
+// Clone shares the state: it is read-only after PreFilter except for
+// vbScores, which PreScore writes before any Score reads it.
+func (s *stateData) Clone() fwk.StateData { return s }
+
+func getState(cs fwk.CycleState) (*stateData, error) {
+	v, err := cs.Read(stateKey)
+	if err != nil {
+		return nil, err
+	}
+	s, ok := v.(*stateData)
+	if !ok {
+		return nil, fmt.Errorf("unexpected DiskFit state type %T", v)
+	}
+	return s, nil
+}
+
+// PreFilter runs VolumeBinding's PreFilter and then collects the pod's
+// unbound diskfit claims (plain and StatefulSet PVCs, generic ephemeral
+// volumes) with their sizes and device classes, once per cycle.
+func (pl *DiskFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	res, status := pl.vb.PreFilter(ctx, cs, pod, nodes)
+	if !status.IsSuccess() {
+		// Skip (no PVCs at all) or a rejection VolumeBinding explains.
+		return res, status
+	}
+	claims, err := pl.podClaims(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	cs.Write(stateKey, &stateData{claims: claims})
+	if len(claims) > 0 {
+		klog.FromContext(ctx).V(4).Info("DiskFit claims", "pod", klog.KObj(pod), "count", len(claims))
+	}
+	return res, nil
+}
+
+// PreFilterExtensions returns nil: adding or removing pods does not change
+// disk space.
+func (pl *DiskFit) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// claimName returns the name of the PVC a volume uses: its claim, or for a
+// generic ephemeral volume the PVC created for it (<pod>-<volume>).
+func claimName(pod *v1.Pod, vol *v1.Volume) (string, bool) {
+	switch {
+	case vol.PersistentVolumeClaim != nil:
+		return vol.PersistentVolumeClaim.ClaimName, true
+	case vol.Ephemeral != nil:
+		return ephemeral.VolumeClaimName(pod, vol), true
+	default:
+		return "", false
+	}
+}
+
+// errNotDiskFit marks a PVC that DiskFit leaves to VolumeBinding alone.
+var errNotDiskFit = errors.New("not a diskfit claim")
+
+// podClaims returns the pod's claims that DiskFit must place: unbound,
+// provisioned by the diskfit driver, and not already placed on a disk. A
+// PVC that already carries this cycle's node and a disk (a pod scheduled
+// again before provisioning finished) is counted by the ledger and keeps
+// its disk.
+func (pl *DiskFit) podClaims(pod *v1.Pod) ([]packing.Claim, error) {
+	var claims []packing.Claim
+	for i := range pod.Spec.Volumes {
+		name, ok := claimName(pod, &pod.Spec.Volumes[i])
+		if !ok {
+			continue
+		}
+		pvc, err := pl.pvcLister.PersistentVolumeClaims(pod.Namespace).Get(name)
+		if err != nil {
+			// VolumeBinding's PreFilter has already rejected missing PVCs;
+			// one deleted since then ends this cycle the same way.
+			return nil, fmt.Errorf("reading PVC %s/%s: %w", pod.Namespace, name, err)
+		}
+		c, err := pl.claimFor(pvc)
+		if errors.Is(err, errNotDiskFit) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		claims = append(claims, c)
+	}
+	packing.SortClaims(claims)
+	return claims, nil
+}
+
+// claimFor turns a PVC into a claim, or errNotDiskFit when DiskFit has
+// nothing to decide for it.
+func (pl *DiskFit) claimFor(pvc *v1.PersistentVolumeClaim) (packing.Claim, error) {
+	if pvc.Spec.VolumeName != "" {
+		return packing.Claim{}, errNotDiskFit
+	}
+	if _, placed := ledger.PVCLocation(pvc); placed {
+		return packing.Claim{}, errNotDiskFit
+	}
+	className := storagehelpers.GetPersistentVolumeClaimClass(pvc)
+	if className == "" {
+		return packing.Claim{}, errNotDiskFit
+	}
+	sc, err := pl.scLister.Get(className)
+	if apierrors.IsNotFound(err) {
+		// VolumeBinding reports a missing class for claims that need one.
+		return packing.Claim{}, errNotDiskFit
+	}
+	if err != nil {
+		return packing.Claim{}, fmt.Errorf("reading StorageClass %s: %w", className, err)
+	}
+	if sc.Provisioner != diskfit.DriverName {
+		return packing.Claim{}, errNotDiskFit
+	}
+	return packing.Claim{
+		Key:         string(pvc.UID),
+		Name:        pvc.Namespace + "/" + pvc.Name,
+		Size:        ledger.ClaimSize(pvc),
+		DeviceClass: sc.Parameters[diskfit.DeviceClassParameter],
+	}, nil
+}
+
+// hasDiskFitClaims reports whether the pod references any PVC DiskFit
+// would place, without failing on missing objects.
+func (pl *DiskFit) hasDiskFitClaims(pod *v1.Pod) bool {
+	for i := range pod.Spec.Volumes {
+		name, ok := claimName(pod, &pod.Spec.Volumes[i])
+		if !ok {
+			continue
+		}
+		pvc, err := pl.pvcLister.PersistentVolumeClaims(pod.Namespace).Get(name)
+		if err != nil {
+			// Unknown yet: assume it may become ours.
+			return true
+		}
+		if _, err := pl.claimFor(pvc); !errors.Is(err, errNotDiskFit) {
+			return true
+		}
+	}
+	return false
+}
+
+// SignPod lets pods without diskfit claims take part in opportunistic
+// batching exactly as VolumeBinding allows. Pods with diskfit claims are not
+// signed: every placement changes the free space of a disk, so a result
+// computed for one pod must not be reused for the next.
+func (pl *DiskFit) SignPod(ctx context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if pl.hasDiskFitClaims(pod) {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with diskfit volumes are placed one at a time")
+	}
+	return pl.vb.SignPod(ctx, pod)
+}

@@ -1,0 +1,81 @@
+package diskfit
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
+)
+
+// PreScore decides whether Score runs: for pods with diskfit claims, or
+// when the embedded VolumeBinding wants to score.
+func (pl *DiskFit) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	s, err := getState(cs)
+	if err != nil {
+		// PreFilter skipped (no PVCs): VolumeBinding decides alone.
+		return pl.vb.PreScore(ctx, cs, pod, nodes)
+	}
+	vbStatus := pl.vb.PreScore(ctx, cs, pod, nodes)
+	switch {
+	case vbStatus.IsSuccess():
+		s.vbScores = true
+	case vbStatus.IsSkip():
+		s.vbScores = false
+	default:
+		return vbStatus
+	}
+	if !s.vbScores && len(s.claims) == 0 {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score rates a node by how its disks would be filled by the pod's claims,
+// placed as Reserve would place them; with VolumeBinding also scoring, the
+// two scores are averaged.
+func (pl *DiskFit) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := getState(cs)
+	if err != nil {
+		return pl.vb.Score(ctx, cs, pod, nodeInfo)
+	}
+	var vbScore int64
+	if s.vbScores {
+		var status *fwk.Status
+		vbScore, status = pl.vb.Score(ctx, cs, pod, nodeInfo)
+		if !status.IsSuccess() {
+			return 0, status
+		}
+		if len(s.claims) == 0 {
+			return vbScore, nil
+		}
+	}
+	score := pl.scoreDisks(s.claims, nodeInfo.Node().Name)
+	if s.vbScores {
+		score = (score + vbScore) / 2
+	}
+	return score, nil
+}
+
+// scoreDisks is the disk part of Score, from fwk.MinNodeScore to
+// fwk.MaxNodeScore. A node that no longer fits (space taken since Filter)
+// scores lowest; Reserve will reject it if it is still chosen.
+func (pl *DiskFit) scoreDisks(claims []packing.Claim, node string) int64 {
+	var diskBuf [packing.MaxInlineDisks]packing.Disk
+	var assignBuf [16]int
+	disks, _ := pl.ledger.Disks(node, diskBuf[:0])
+	assign := assignBuf[:0]
+	if len(claims) > len(assignBuf) {
+		assign = make([]int, len(claims))
+	} else {
+		assign = assignBuf[:len(claims)]
+	}
+	if !packing.Pack(disks, claims, pl.opts, assign) {
+		return fwk.MinNodeScore
+	}
+	return fwk.MinNodeScore + packing.Score(disks, claims, assign, pl.opts.Strategy, pl.weigh, fwk.MaxNodeScore-fwk.MinNodeScore)
+}
+
+// ScoreExtensions returns nil: scores are already in the framework's range.
+func (pl *DiskFit) ScoreExtensions() fwk.ScoreExtensions { return nil }

@@ -1,0 +1,556 @@
+// Package ledger keeps the scheduler's view of free space on every disk of
+// every node:
+//
+//	pending    = Σ unbound PVCs annotated with this node and disk
+//	           + Σ in-memory reservations not yet visible as such
+//	free(disk) = min( DiskNode reported free − pending,
+//	                  capacity − Σ PVs on the disk − pending )
+//
+// This is DESIGN.md's formula with one tightening: the pending claims are
+// also taken off the reported free, because the node plugin cannot have
+// counted volumes it has not made yet. Without that, a disk whose report is
+// below capacity − PVs (filesystem overhead, foreign files) would be
+// overbooked by exactly that difference.
+//
+// Everything but the reservations is fed from API objects (DiskNodes, PVs,
+// PVCs), so a restarted scheduler rebuilds the same ledger from its
+// informers. Each claim is counted once, by its most authoritative source:
+// its PV if one exists, else its annotated PVC, else a reservation. Per-disk
+// totals are kept up to date incrementally, so reading a node's disks costs
+// a map lookup and a copy.
+//
+// The package uses API types but no scheduler framework, so simulations
+// can drive it directly.
+package ledger
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
+)
+
+// Location is where a volume lives or will live.
+type Location struct {
+	Node string
+	Disk string
+}
+
+// usage is one claim's space on one disk.
+type usage struct {
+	loc   Location
+	bytes int64
+}
+
+// source is where a claim's usage is known from, most authoritative first.
+type source int
+
+const (
+	sourcePV source = iota
+	sourcePVC
+	sourceReservation
+	numSources
+)
+
+// claimEntry holds what every source says about one claim and what the
+// per-disk totals currently include for it.
+type claimEntry struct {
+	has        [numSources]bool
+	usage      [numSources]usage
+	applied    bool
+	current    usage
+	currentSrc source
+	// pod owning the reservation, if any.
+	pod types.UID
+}
+
+func (e *claimEntry) effective() (usage, source, bool) {
+	for s := sourcePV; s < numSources; s++ {
+		if e.has[s] {
+			return e.usage[s], s, true
+		}
+	}
+	return usage{}, 0, false
+}
+
+type diskState struct {
+	name         string
+	deviceClass  string
+	capacity     int64
+	reportedFree int64
+	healthy      bool
+	// known is false for a disk that volumes point at but the node's
+	// DiskNode does not list; it is never offered for placement.
+	known bool
+	// used is everything the ledger counts on the disk; pending is the
+	// part the node plugin cannot have reported yet (annotated PVCs and
+	// reservations, not PVs).
+	used    int64
+	pending int64
+}
+
+type nodeState struct {
+	hasDiskNode     bool
+	observed        time.Time
+	resourceVersion string
+	disks           []diskState
+}
+
+func (n *nodeState) disk(name string) *diskState {
+	for i := range n.disks {
+		if n.disks[i].name == name {
+			return &n.disks[i]
+		}
+	}
+	return nil
+}
+
+// NodeInfo describes a node's DiskNode as the ledger last saw it.
+type NodeInfo struct {
+	// HasDiskNode is false when no DiskNode exists for the node.
+	HasDiskNode bool
+	// Observed is the DiskNode's status.observedTime.
+	Observed time.Time
+}
+
+// Ledger is safe for concurrent use. The zero value is not usable; call New.
+type Ledger struct {
+	mu     sync.RWMutex
+	nodes  map[string]*nodeState
+	claims map[string]*claimEntry
+	// pvClaim maps a PV name to the claim key it was counted under, so a
+	// PV that loses its claimRef or is deleted releases the right entry.
+	pvClaim map[string]string
+	// reservations maps a pod to the claim keys it reserved.
+	reservations map[types.UID][]string
+}
+
+// New returns an empty ledger.
+func New() *Ledger {
+	return &Ledger{
+		nodes:        map[string]*nodeState{},
+		claims:       map[string]*claimEntry{},
+		pvClaim:      map[string]string{},
+		reservations: map[types.UID][]string{},
+	}
+}
+
+func (l *Ledger) node(name string) *nodeState {
+	n := l.nodes[name]
+	if n == nil {
+		n = &nodeState{}
+		l.nodes[name] = n
+	}
+	return n
+}
+
+// addUsage changes a disk's totals by delta, creating an unknown disk entry
+// when the DiskNode does not (yet) list the disk, so the usage is not lost
+// when it does.
+func (l *Ledger) addUsage(u usage, src source, delta int64) {
+	n := l.node(u.loc.Node)
+	d := n.disk(u.loc.Disk)
+	if d == nil {
+		n.disks = append(n.disks, diskState{name: u.loc.Disk})
+		d = &n.disks[len(n.disks)-1]
+	}
+	d.used += delta
+	if src != sourcePV {
+		d.pending += delta
+	}
+}
+
+// settle brings the per-disk totals in line with the entry's effective
+// usage and drops the entry when nothing refers to it any more.
+func (l *Ledger) settle(key string, e *claimEntry) {
+	eff, src, ok := e.effective()
+	if e.applied && (!ok || eff != e.current || src != e.currentSrc) {
+		l.addUsage(e.current, e.currentSrc, -e.current.bytes)
+		e.applied = false
+	}
+	if ok && !e.applied {
+		l.addUsage(eff, src, eff.bytes)
+		e.current = eff
+		e.currentSrc = src
+		e.applied = true
+	}
+	if !ok {
+		delete(l.claims, key)
+	}
+}
+
+func (l *Ledger) entry(key string) *claimEntry {
+	e := l.claims[key]
+	if e == nil {
+		e = &claimEntry{}
+		l.claims[key] = e
+	}
+	return e
+}
+
+// setSource records (or, with ok false, clears) what one source says about
+// a claim. A PV or annotated PVC makes a reservation for the same claim
+// redundant, so it is released: the space is now visible to everyone.
+func (l *Ledger) setSource(key string, s source, u usage, ok bool) {
+	e := l.claims[key]
+	if e == nil && !ok {
+		return
+	}
+	if e == nil {
+		e = l.entry(key)
+	}
+	e.has[s] = ok
+	e.usage[s] = u
+	if ok && s != sourceReservation && e.has[sourceReservation] {
+		l.dropReservation(key, e)
+	}
+	l.settle(key, e)
+}
+
+func (l *Ledger) dropReservation(key string, e *claimEntry) {
+	e.has[sourceReservation] = false
+	keys := l.reservations[e.pod]
+	for i, k := range keys {
+		if k == key {
+			keys = append(keys[:i], keys[i+1:]...)
+			break
+		}
+	}
+	if len(keys) == 0 {
+		delete(l.reservations, e.pod)
+	} else {
+		l.reservations[e.pod] = keys
+	}
+	e.pod = ""
+}
+
+// SetDiskNode records a DiskNode's disks. An update that is not newer than
+// what the ledger already has (by resourceVersion) is ignored, because the
+// same object arrives both from the plugin's informer and from scheduler
+// events, in either order.
+func (l *Ledger) SetDiskNode(dn *v1alpha1.DiskNode) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.node(dn.Name)
+	if n.hasDiskNode && !newerVersion(dn.ResourceVersion, n.resourceVersion) {
+		return
+	}
+	disks := make([]diskState, 0, len(dn.Status.Disks)+1)
+	for _, ds := range dn.Status.Disks {
+		d := diskState{
+			name:         ds.Name,
+			deviceClass:  ds.DeviceClass,
+			capacity:     ds.CapacityBytes,
+			reportedFree: ds.FreeBytes,
+			healthy:      ds.Healthy,
+			known:        true,
+		}
+		if old := n.disk(ds.Name); old != nil {
+			d.used, d.pending = old.used, old.pending
+		}
+		disks = append(disks, d)
+	}
+	// Keep usage of disks the DiskNode no longer lists.
+	for _, old := range n.disks {
+		if (old.used != 0 || old.pending != 0) && dn.Status.Disk(old.name) == nil {
+			old.known = false
+			disks = append(disks, old)
+		}
+	}
+	n.disks = disks
+	n.hasDiskNode = true
+	n.observed = dn.Status.ObservedTime.Time
+	n.resourceVersion = dn.ResourceVersion
+}
+
+// DeleteDiskNode forgets a node's disks; usage recorded against them is kept
+// in case the DiskNode comes back.
+func (l *Ledger) DeleteDiskNode(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.nodes[name]
+	if n == nil {
+		return
+	}
+	n.hasDiskNode = false
+	n.observed = time.Time{}
+	n.resourceVersion = ""
+	kept := n.disks[:0]
+	for _, d := range n.disks {
+		if d.used != 0 || d.pending != 0 {
+			d.known = false
+			kept = append(kept, d)
+		}
+	}
+	n.disks = kept
+}
+
+// newerVersion reports whether resourceVersion a is newer than b. Versions
+// that are not numbers count as newer, so an update is never lost.
+func newerVersion(a, b string) bool {
+	ai, err1 := strconv.ParseUint(a, 10, 64)
+	bi, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 != nil || err2 != nil || ai > bi
+}
+
+// PVLocation returns where a diskfit PV lives, and false for PVs of other
+// drivers or without a disk.
+func PVLocation(pv *v1.PersistentVolume) (Location, bool) {
+	csi := pv.Spec.CSI
+	if csi == nil || csi.Driver != diskfit.DriverName {
+		return Location{}, false
+	}
+	disk := csi.VolumeAttributes[diskfit.VolumeContextDiskKey]
+	if disk == "" {
+		return Location{}, false
+	}
+	node := ""
+	if na := pv.Spec.NodeAffinity; na != nil && na.Required != nil {
+	terms:
+		for _, term := range na.Required.NodeSelectorTerms {
+			for _, expr := range term.MatchExpressions {
+				if expr.Key == diskfit.TopologyKey && expr.Operator == v1.NodeSelectorOpIn && len(expr.Values) == 1 {
+					node = expr.Values[0]
+					break terms
+				}
+			}
+		}
+	}
+	if node == "" {
+		return Location{}, false
+	}
+	return Location{Node: node, Disk: disk}, true
+}
+
+func pvKey(pv *v1.PersistentVolume) string {
+	if ref := pv.Spec.ClaimRef; ref != nil && ref.UID != "" {
+		return string(ref.UID)
+	}
+	return "pv/" + pv.Name
+}
+
+// SetPV records a PV. PVs of other drivers are ignored.
+func (l *Ledger) SetPV(pv *v1.PersistentVolume) {
+	loc, ok := PVLocation(pv)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := pvKey(pv)
+	if old, had := l.pvClaim[pv.Name]; had && old != key {
+		l.setSource(old, sourcePV, usage{}, false)
+		delete(l.pvClaim, pv.Name)
+	}
+	if !ok {
+		if _, had := l.pvClaim[pv.Name]; had {
+			l.setSource(key, sourcePV, usage{}, false)
+			delete(l.pvClaim, pv.Name)
+		}
+		return
+	}
+	size := pv.Spec.Capacity[v1.ResourceStorage]
+	l.pvClaim[pv.Name] = key
+	l.setSource(key, sourcePV, usage{loc: loc, bytes: size.Value()}, true)
+}
+
+// DeletePV forgets a PV, releasing its space.
+func (l *Ledger) DeletePV(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key, had := l.pvClaim[name]
+	if !had {
+		return
+	}
+	delete(l.pvClaim, name)
+	l.setSource(key, sourcePV, usage{}, false)
+}
+
+// PVCLocation returns the node and disk an unbound PVC has been placed on
+// by the scheduler, and false when it has not (or no longer) been: a PVC
+// whose selected-node was removed does not count, whatever its stale disk
+// annotation says.
+func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
+	if pvc.Spec.VolumeName != "" {
+		return Location{}, false
+	}
+	node := pvc.Annotations[diskfit.SelectedNodeAnnotation]
+	disk := pvc.Annotations[diskfit.SelectedDiskAnnotation]
+	if node == "" || disk == "" {
+		return Location{}, false
+	}
+	return Location{Node: node, Disk: disk}, true
+}
+
+// ClaimSize is the number of bytes a PVC requests.
+func ClaimSize(pvc *v1.PersistentVolumeClaim) int64 {
+	q := pvc.Spec.Resources.Requests[v1.ResourceStorage]
+	return q.Value()
+}
+
+// SetPVC records a PVC: an unbound one annotated with a node and a disk
+// counts against that disk.
+func (l *Ledger) SetPVC(pvc *v1.PersistentVolumeClaim) {
+	loc, ok := PVCLocation(pvc)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.setSource(string(pvc.UID), sourcePVC, usage{loc: loc, bytes: ClaimSize(pvc)}, ok)
+}
+
+// DeletePVC forgets a PVC and any reservation for it.
+func (l *Ledger) DeletePVC(pvc *v1.PersistentVolumeClaim) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := string(pvc.UID)
+	e := l.claims[key]
+	if e == nil {
+		return
+	}
+	if e.has[sourceReservation] {
+		l.dropReservation(key, e)
+	}
+	e.has[sourcePVC] = false
+	l.settle(key, e)
+}
+
+// Disks appends the node's placeable disks, with Free already reduced by the
+// ledger, to buf and returns it with what is known about the node. Disks
+// the DiskNode does not list are left out. It does not allocate when buf
+// has room.
+func (l *Ledger) Disks(node string, buf []packing.Disk) ([]packing.Disk, NodeInfo) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n := l.nodes[node]
+	if n == nil {
+		return buf, NodeInfo{}
+	}
+	return appendDisks(n, buf), NodeInfo{HasDiskNode: n.hasDiskNode, Observed: n.observed}
+}
+
+func appendDisks(n *nodeState, buf []packing.Disk) []packing.Disk {
+	for i := range n.disks {
+		d := &n.disks[i]
+		if !d.known {
+			continue
+		}
+		// The report already reflects volumes the node plugin made, but
+		// not claims still on their way to it; capacity minus everything
+		// catches volumes the report has not caught up with.
+		free := d.capacity - d.used
+		if r := d.reportedFree - d.pending; r < free {
+			free = r
+		}
+		buf = append(buf, packing.Disk{
+			Name:        d.name,
+			DeviceClass: d.deviceClass,
+			Capacity:    d.capacity,
+			Free:        free,
+			Healthy:     d.healthy,
+		})
+	}
+	return buf
+}
+
+// ErrDoesNotFit is returned by Reserve when the claims no longer fit.
+type ErrDoesNotFit struct {
+	// Node is the node that was tried.
+	Node string
+	// Reason names the disks and the shortfall.
+	Reason string
+}
+
+func (e *ErrDoesNotFit) Error() string {
+	return fmt.Sprintf("node %s: %s", e.Node, e.Reason)
+}
+
+// Reserve packs claims (sorted by packing.SortClaims) onto the node's disks
+// as they are now and holds the space for pod until the claims become
+// visible as annotated PVCs or PVs, or Unreserve is called. The check and
+// the recording happen under one lock, so two pods can never both get the
+// last space of a disk. It returns the chosen disk per claim, in claim
+// order. An earlier reservation of the same pod is released first.
+func (l *Ledger) Reserve(pod types.UID, node string, claims []packing.Claim, opts packing.Options) ([]string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unreserveLocked(pod)
+	if len(claims) == 0 {
+		return nil, nil
+	}
+	var buf [packing.MaxInlineDisks]packing.Disk
+	disks := buf[:0]
+	if n := l.nodes[node]; n != nil {
+		disks = appendDisks(n, disks)
+	}
+	assign := make([]int, len(claims))
+	if !packing.Pack(disks, claims, opts, assign) {
+		return nil, &ErrDoesNotFit{Node: node, Reason: packing.Explain(disks, claims)}
+	}
+	chosen := make([]string, len(claims))
+	keys := make([]string, 0, len(claims))
+	for i, c := range claims {
+		chosen[i] = disks[assign[i]].Name
+		e := l.entry(c.Key)
+		e.has[sourceReservation] = true
+		e.usage[sourceReservation] = usage{loc: Location{Node: node, Disk: chosen[i]}, bytes: c.Size}
+		e.pod = pod
+		l.settle(c.Key, e)
+		keys = append(keys, c.Key)
+	}
+	l.reservations[pod] = keys
+	return chosen, nil
+}
+
+// Unreserve releases whatever pod still holds. It is idempotent.
+func (l *Ledger) Unreserve(pod types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.unreserveLocked(pod)
+}
+
+func (l *Ledger) unreserveLocked(pod types.UID) {
+	for _, key := range l.reservations[pod] {
+		if e := l.claims[key]; e != nil && e.pod == pod {
+			e.has[sourceReservation] = false
+			e.pod = ""
+			l.settle(key, e)
+		}
+	}
+	delete(l.reservations, pod)
+}
+
+// ReservedDisk returns the disk reserved for the claim key by pod on node.
+func (l *Ledger) ReservedDisk(pod types.UID, node, key string) (string, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	e := l.claims[key]
+	if e == nil || !e.has[sourceReservation] || e.pod != pod || e.usage[sourceReservation].loc.Node != node {
+		return "", false
+	}
+	return e.usage[sourceReservation].loc.Disk, true
+}
+
+// Reservations returns the number of pods holding reservations.
+func (l *Ledger) Reservations() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.reservations)
+}
+
+// Used returns the bytes the ledger counts on a disk, for tests and
+// debugging.
+func (l *Ledger) Used(loc Location) int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n := l.nodes[loc.Node]
+	if n == nil {
+		return 0
+	}
+	if d := n.disk(loc.Disk); d != nil {
+		return d.used
+	}
+	return 0
+}

@@ -1,0 +1,321 @@
+package ledger
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
+)
+
+const gi = int64(1) << 30
+
+func diskNode(node string, disks ...v1alpha1.DiskStatus) *v1alpha1.DiskNode {
+	return &v1alpha1.DiskNode{
+		ObjectMeta: metav1.ObjectMeta{Name: node},
+		Status:     v1alpha1.DiskNodeStatus{Disks: disks, ObservedTime: metav1.Now()},
+	}
+}
+
+func diskStatus(name string, capacity, free int64) v1alpha1.DiskStatus {
+	return v1alpha1.DiskStatus{Name: name, Backend: v1alpha1.BackendFile, CapacityBytes: capacity, FreeBytes: free, Healthy: true}
+}
+
+func pv(name, node, disk string, size int64, claimUID types.UID) *v1.PersistentVolume {
+	p := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1.PersistentVolumeSpec{
+			Capacity: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+				Driver:           diskfit.DriverName,
+				VolumeHandle:     name,
+				VolumeAttributes: map[string]string{diskfit.VolumeContextDiskKey: disk},
+			}},
+			NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+				MatchExpressions: []v1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: v1.NodeSelectorOpIn, Values: []string{node}}},
+			}}}},
+		},
+	}
+	if claimUID != "" {
+		p.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: "claim-" + string(claimUID), UID: claimUID}
+	}
+	return p
+}
+
+func pvc(uid types.UID, size int64, node, disk string) *v1.PersistentVolumeClaim {
+	c := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "claim-" + string(uid), UID: uid, Annotations: map[string]string{}},
+		Spec: v1.PersistentVolumeClaimSpec{Resources: v1.VolumeResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)},
+		}},
+	}
+	if node != "" {
+		c.Annotations[diskfit.SelectedNodeAnnotation] = node
+	}
+	if disk != "" {
+		c.Annotations[diskfit.SelectedDiskAnnotation] = disk
+	}
+	return c
+}
+
+func freeOf(t *testing.T, l *Ledger, node, disk string) int64 {
+	t.Helper()
+	disks, _ := l.Disks(node, nil)
+	for _, d := range disks {
+		if d.Name == disk {
+			return d.Free
+		}
+	}
+	t.Fatalf("node %s has no disk %s", node, disk)
+	return 0
+}
+
+func TestLedgerFree(t *testing.T) {
+	tests := []struct {
+		name     string
+		apply    func(l *Ledger)
+		wantFree map[string]int64 // disk on n1 -> free
+	}{
+		{
+			name:     "reported free when nothing else is known",
+			apply:    func(l *Ledger) {},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
+		},
+		{
+			name: "PVs reduce free below capacity even when the report lags",
+			apply: func(l *Ledger) {
+				l.SetPV(pv("pv1", "n1", "d1", 4*gi, "u1"))
+				l.SetPV(pv("pv2", "n1", "d1", 3*gi, ""))
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 3 * gi},
+		},
+		{
+			name: "reported free wins when it is lower",
+			apply: func(l *Ledger) {
+				l.SetPV(pv("pv1", "n1", "d0", gi, "u1"))
+			},
+			// capacity 10 - 1 = 9 > reported 8.
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
+		},
+		{
+			name: "PVs of other drivers and other nodes are ignored",
+			apply: func(l *Ledger) {
+				other := pv("pv1", "n1", "d1", 4*gi, "u1")
+				other.Spec.CSI.Driver = "other.example.com"
+				l.SetPV(other)
+				l.SetPV(pv("pv2", "n2", "d1", 4*gi, "u2"))
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
+		},
+		{
+			name: "unbound PVC annotated with node and disk counts",
+			apply: func(l *Ledger) {
+				l.SetPVC(pvc("u1", 6*gi, "n1", "d1"))
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 4 * gi},
+		},
+		{
+			name: "PVC whose selected-node was removed no longer counts",
+			apply: func(l *Ledger) {
+				l.SetPVC(pvc("u1", 6*gi, "n1", "d1"))
+				l.SetPVC(pvc("u1", 6*gi, "", "d1"))
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
+		},
+		{
+			name: "PVC and its PV are counted once",
+			apply: func(l *Ledger) {
+				l.SetPVC(pvc("u1", 6*gi, "n1", "d1"))
+				l.SetPV(pv("pv1", "n1", "d1", 6*gi, "u1"))
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 4 * gi},
+		},
+		{
+			name: "bound PVC counts through its PV only",
+			apply: func(l *Ledger) {
+				c := pvc("u1", 6*gi, "n1", "d1")
+				c.Spec.VolumeName = "pv1"
+				l.SetPVC(c)
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
+		},
+		{
+			name: "deleted PV releases its space",
+			apply: func(l *Ledger) {
+				l.SetPV(pv("pv1", "n1", "d1", 4*gi, "u1"))
+				l.DeletePV("pv1")
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
+		},
+		{
+			name: "deleted PVC releases its space",
+			apply: func(l *Ledger) {
+				c := pvc("u1", 6*gi, "n1", "d1")
+				l.SetPVC(c)
+				l.DeletePVC(c)
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
+		},
+		{
+			name: "PVs recorded before the DiskNode are kept",
+			apply: func(l *Ledger) {
+				l.DeleteDiskNode("n1")
+				l.SetPV(pv("pv1", "n1", "d1", 4*gi, "u1"))
+				dn := diskNode("n1", diskStatus("d0", 10*gi, 8*gi), diskStatus("d1", 10*gi, 10*gi))
+				dn.ResourceVersion = "200"
+				l.SetDiskNode(dn)
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 6 * gi},
+		},
+		{
+			name: "an older DiskNode does not overwrite a newer one",
+			apply: func(l *Ledger) {
+				old := diskNode("n1", diskStatus("d0", 10*gi, gi), diskStatus("d1", 10*gi, gi))
+				old.ResourceVersion = "50"
+				l.SetDiskNode(old)
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New()
+			dn := diskNode("n1", diskStatus("d0", 10*gi, 8*gi), diskStatus("d1", 10*gi, 10*gi))
+			dn.ResourceVersion = "100"
+			l.SetDiskNode(dn)
+			tc.apply(l)
+			for disk, want := range tc.wantFree {
+				if got := freeOf(t, l, "n1", disk); got != want {
+					t.Errorf("free(%s) = %d Gi, want %d Gi", disk, got/gi, want/gi)
+				}
+			}
+		})
+	}
+}
+
+func TestLedgerReserve(t *testing.T) {
+	newLedger := func() *Ledger {
+		l := New()
+		l.SetDiskNode(diskNode("n1", diskStatus("d0", 10*gi, 4*gi), diskStatus("d1", 10*gi, 4*gi)))
+		return l
+	}
+	claim := func(key string, size int64) packing.Claim {
+		return packing.Claim{Key: key, Name: "ns/" + key, Size: size}
+	}
+
+	t.Run("reservation holds space and a second pod cannot take it", func(t *testing.T) {
+		l := newLedger()
+		disks, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 3*gi), claim("u2", 3*gi)}, packing.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if disks[0] == disks[1] {
+			t.Fatalf("both 3Gi claims on %s", disks[0])
+		}
+		_, err = l.Reserve("pod2", "n1", []packing.Claim{claim("u3", 2*gi)}, packing.Options{})
+		var noFit *ErrDoesNotFit
+		if !errors.As(err, &noFit) {
+			t.Fatalf("second reservation: got %v, want ErrDoesNotFit", err)
+		}
+		if l.Reservations() != 1 {
+			t.Errorf("Reservations() = %d, want 1", l.Reservations())
+		}
+	})
+
+	t.Run("Unreserve releases and is idempotent", func(t *testing.T) {
+		l := newLedger()
+		if _, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 3*gi)}, packing.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		l.Unreserve("pod1")
+		l.Unreserve("pod1")
+		if got := freeOf(t, l, "n1", "d0") + freeOf(t, l, "n1", "d1"); got != 8*gi {
+			t.Errorf("free after Unreserve = %d Gi, want 8 Gi", got/gi)
+		}
+		if l.Reservations() != 0 {
+			t.Errorf("Reservations() = %d, want 0", l.Reservations())
+		}
+	})
+
+	t.Run("annotated PVC replaces the reservation without double counting", func(t *testing.T) {
+		l := newLedger()
+		disks, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 3*gi)}, packing.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.SetPVC(pvc("u1", 3*gi, "n1", disks[0]))
+		if l.Reservations() != 0 {
+			t.Errorf("reservation kept after the PVC showed it")
+		}
+		if got := l.Used(Location{Node: "n1", Disk: disks[0]}); got != 3*gi {
+			t.Errorf("used = %d Gi, want 3 Gi", got/gi)
+		}
+		// A late Unreserve must not release the PVC's space.
+		l.Unreserve("pod1")
+		if got := l.Used(Location{Node: "n1", Disk: disks[0]}); got != 3*gi {
+			t.Errorf("used after late Unreserve = %d Gi, want 3 Gi", got/gi)
+		}
+	})
+
+	t.Run("ReservedDisk reports the pod's own reservation on that node only", func(t *testing.T) {
+		l := newLedger()
+		disks, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 3*gi)}, packing.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := l.ReservedDisk("pod1", "n1", "u1"); !ok || got != disks[0] {
+			t.Errorf("ReservedDisk = %q, %v; want %q", got, ok, disks[0])
+		}
+		if _, ok := l.ReservedDisk("pod2", "n1", "u1"); ok {
+			t.Error("another pod sees the reservation")
+		}
+		if _, ok := l.ReservedDisk("pod1", "n2", "u1"); ok {
+			t.Error("reservation reported for another node")
+		}
+	})
+
+	t.Run("a second Reserve of the same pod replaces the first", func(t *testing.T) {
+		l := newLedger()
+		if _, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 4*gi)}, packing.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 4*gi), claim("u2", 4*gi)}, packing.Options{}); err != nil {
+			t.Fatalf("re-reserve: %v", err)
+		}
+	})
+
+	t.Run("stale observed time is reported", func(t *testing.T) {
+		l := New()
+		dn := diskNode("n1", diskStatus("d0", 10*gi, 4*gi))
+		dn.Status.ObservedTime = metav1.NewTime(time.Unix(1000, 0))
+		l.SetDiskNode(dn)
+		_, info := l.Disks("n1", nil)
+		if !info.HasDiskNode || !info.Observed.Equal(time.Unix(1000, 0)) {
+			t.Errorf("NodeInfo = %+v", info)
+		}
+		_, info = l.Disks("n2", nil)
+		if info.HasDiskNode {
+			t.Error("unknown node reported with a DiskNode")
+		}
+	})
+}
+
+// TestLedgerDisksNoAlloc guards the Filter hot path.
+func TestLedgerDisksNoAlloc(t *testing.T) {
+	l := New()
+	l.SetDiskNode(diskNode("n1", diskStatus("d0", 10*gi, 4*gi), diskStatus("d1", 10*gi, 4*gi)))
+	var buf [packing.MaxInlineDisks]packing.Disk
+	allocs := testing.AllocsPerRun(100, func() {
+		_, _ = l.Disks("n1", buf[:0])
+	})
+	if allocs != 0 {
+		t.Errorf("Disks allocates %v times per call", allocs)
+	}
+}

@@ -1,0 +1,313 @@
+// Package packing decides whether a set of volume claims fits onto the disks
+// of one node, which disk each claim gets, and how good that placement is.
+//
+// It is plain Go with no scheduler framework underneath, so the DiskFit
+// plugin, its ledger and offline simulations all run the same arithmetic.
+// The hot entry points (Pack, Score) do not allocate when the caller
+// provides the output slice and the node has at most MaxInlineDisks disks.
+package packing
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Strategy says which disk a claim should prefer among those it fits on.
+type Strategy int
+
+const (
+	// MostAllocated prefers the fullest disk that still fits (best fit),
+	// keeping large holes free for large volumes later.
+	MostAllocated Strategy = iota
+	// LeastAllocated prefers the emptiest disk (worst fit), spreading
+	// volumes and their IO across disks.
+	LeastAllocated
+)
+
+// String returns the name used in DiskFitArgs.
+func (s Strategy) String() string {
+	if s == LeastAllocated {
+		return "LeastAllocated"
+	}
+	return "MostAllocated"
+}
+
+// DefaultMaxExactClaims is the number of claims up to which Pack searches
+// exhaustively when the greedy placement fails.
+const DefaultMaxExactClaims = 8
+
+// MaxInlineDisks is the number of disks per node Pack handles without
+// allocating scratch space.
+const MaxInlineDisks = 32
+
+// maxSearchSteps bounds the exhaustive search. With at most 8 claims and the
+// pruning below, real inputs stay far under it; it only protects the
+// scheduler from adversarial inputs, and hitting it reports "does not fit",
+// which errs on the safe side.
+const maxSearchSteps = 200000
+
+// Disk is one disk of a node as the packer sees it.
+type Disk struct {
+	// Name is the disk's name within its node.
+	Name string
+	// DeviceClass is the disk's device class ("" when unclassified).
+	DeviceClass string
+	// Capacity is the usable size of the disk in bytes.
+	Capacity int64
+	// Free is what may still be allocated on the disk in bytes, already
+	// reduced by every volume, annotated claim and reservation on it.
+	Free int64
+	// Healthy is false when no new volume may be placed on the disk.
+	Healthy bool
+}
+
+// Usable reports whether a claim of deviceClass may be placed on d.
+func (d *Disk) Usable(deviceClass string) bool {
+	return d.Healthy && (deviceClass == "" || d.DeviceClass == deviceClass)
+}
+
+// Claim is one volume that still needs a disk.
+type Claim struct {
+	// Key identifies the claim (the PVC's UID in the scheduler).
+	Key string
+	// Name is a human-readable name for messages (namespace/name).
+	Name string
+	// Size is the requested size in bytes.
+	Size int64
+	// DeviceClass restricts the claim to disks of this class; "" means any.
+	DeviceClass string
+}
+
+// SortClaims orders claims largest first, the order Pack expects. Sorting
+// once per pod (in PreFilter) keeps Pack itself free of sorting.
+func SortClaims(claims []Claim) {
+	slices.SortStableFunc(claims, func(a, b Claim) int {
+		if c := cmp.Compare(b.Size, a.Size); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+}
+
+// Options tune Pack.
+type Options struct {
+	// Strategy picks the preferred disk per claim.
+	Strategy Strategy
+	// MaxExactClaims is the largest number of claims for which Pack falls
+	// back to an exhaustive search when the greedy placement fails; zero
+	// means DefaultMaxExactClaims, negative disables the search.
+	MaxExactClaims int
+}
+
+func (o Options) maxExact() int {
+	if o.MaxExactClaims == 0 {
+		return DefaultMaxExactClaims
+	}
+	return o.MaxExactClaims
+}
+
+// Pack places every claim on one disk so that no disk's Free is exceeded.
+// claims must be sorted by SortClaims. On success it returns true and
+// assign[i] is the index in disks of claims[i]'s disk; assign must have
+// len(claims) entries.
+//
+// The placement is greedy in claim order (largest first) with the
+// strategy's disk preference, which is best-fit decreasing for
+// MostAllocated and worst-fit decreasing for LeastAllocated. Only when that
+// fails and there are at most MaxExactClaims claims does Pack search all
+// assignments (in the same preference order, pruning equal disks and
+// hopeless branches), so "does not fit" is exact for the common case and a
+// documented heuristic beyond it.
+func Pack(disks []Disk, claims []Claim, opts Options, assign []int) bool {
+	if len(claims) == 0 {
+		return true
+	}
+	var inline [MaxInlineDisks]int64
+	free := inline[:0]
+	if len(disks) > MaxInlineDisks {
+		free = make([]int64, 0, len(disks))
+	}
+	for i := range disks {
+		free = append(free, disks[i].Free)
+	}
+	if greedy(disks, claims, opts.Strategy, free, assign) {
+		return true
+	}
+	if len(claims) > opts.maxExact() {
+		return false
+	}
+	for i := range disks {
+		free[i] = disks[i].Free
+	}
+	s := searcher{disks: disks, claims: claims, strategy: opts.Strategy, free: free, assign: assign}
+	// remaining[i] = Σ sizes of claims[i:], for the capacity bound.
+	var remInline [DefaultMaxExactClaims + 1]int64
+	rem := remInline[:0]
+	if len(claims)+1 > len(remInline) {
+		rem = make([]int64, 0, len(claims)+1)
+	}
+	rem = rem[:len(claims)+1]
+	rem[len(claims)] = 0
+	for i := len(claims) - 1; i >= 0; i-- {
+		rem[i] = rem[i+1] + claims[i].Size
+	}
+	s.remaining = rem
+	return s.search(0)
+}
+
+// better reports whether a disk with free space a is preferred over one with
+// b for the strategy. Ties keep the earlier disk, so results are stable.
+func better(s Strategy, a, b int64) bool {
+	if s == LeastAllocated {
+		return a > b
+	}
+	return a < b
+}
+
+// greedy places claims one by one on the preferred disk that fits.
+func greedy(disks []Disk, claims []Claim, s Strategy, free []int64, assign []int) bool {
+	for ci := range claims {
+		c := &claims[ci]
+		best := -1
+		for di := range disks {
+			if free[di] < c.Size || !disks[di].Usable(c.DeviceClass) {
+				continue
+			}
+			if best < 0 || better(s, free[di], free[best]) {
+				best = di
+			}
+		}
+		if best < 0 {
+			return false
+		}
+		free[best] -= c.Size
+		assign[ci] = best
+	}
+	return true
+}
+
+type searcher struct {
+	disks     []Disk
+	claims    []Claim
+	strategy  Strategy
+	free      []int64
+	assign    []int
+	remaining []int64
+	steps     int
+}
+
+// search tries every disk for claims[ci] in preference order and recurses.
+func (s *searcher) search(ci int) bool {
+	if ci == len(s.claims) {
+		return true
+	}
+	s.steps++
+	if s.steps > maxSearchSteps {
+		return false
+	}
+	c := &s.claims[ci]
+	// Capacity bound: the remaining claims cannot fit if all usable space
+	// together is smaller than them.
+	var total int64
+	for di := range s.disks {
+		if s.disks[di].Healthy && s.free[di] > 0 {
+			total += s.free[di]
+		}
+	}
+	if total < s.remaining[ci] {
+		return false
+	}
+	// Candidates in preference order, skipping disks equivalent to one
+	// already tried at this level (same class and same free space): they
+	// lead to the same sub-problem.
+	var candInline [MaxInlineDisks]int
+	cand := candInline[:0]
+	if len(s.disks) > MaxInlineDisks {
+		cand = make([]int, 0, len(s.disks))
+	}
+	for di := range s.disks {
+		if s.free[di] < c.Size || !s.disks[di].Usable(c.DeviceClass) {
+			continue
+		}
+		dup := false
+		for _, o := range cand {
+			if s.free[o] == s.free[di] && s.disks[o].DeviceClass == s.disks[di].DeviceClass {
+				dup = true
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		// Insertion keeps cand sorted by preference.
+		cand = append(cand, di)
+		for j := len(cand) - 1; j > 0 && better(s.strategy, s.free[cand[j]], s.free[cand[j-1]]); j-- {
+			cand[j], cand[j-1] = cand[j-1], cand[j]
+		}
+	}
+	for _, di := range cand {
+		s.free[di] -= c.Size
+		s.assign[ci] = di
+		if s.search(ci + 1) {
+			return true
+		}
+		s.free[di] += c.Size
+	}
+	return false
+}
+
+// Weigher returns the score weight of a device class. Nil means weight 1
+// for every class.
+type Weigher func(deviceClass string) int64
+
+// Score rates a successful assignment from 0 (worst) to maxScore (best).
+// Each claim contributes the utilisation its disk will have once every
+// claim of the pod is placed, weighted by the claim's device class; for
+// MostAllocated a fuller disk scores higher, for LeastAllocated an emptier
+// one.
+func Score(disks []Disk, claims []Claim, assign []int, s Strategy, weigh Weigher, maxScore int64) int64 {
+	if len(claims) == 0 {
+		return 0
+	}
+	var placedInline [MaxInlineDisks]int64
+	placed := placedInline[:0]
+	if len(disks) > MaxInlineDisks {
+		placed = make([]int64, len(disks))
+	} else {
+		placed = placedInline[:len(disks)]
+	}
+	for ci := range claims {
+		placed[assign[ci]] += claims[ci].Size
+	}
+	var sum, weights int64
+	for ci := range claims {
+		d := &disks[assign[ci]]
+		w := int64(1)
+		if weigh != nil {
+			w = weigh(claims[ci].DeviceClass)
+		}
+		if w <= 0 || d.Capacity <= 0 {
+			continue
+		}
+		freeAfter := d.Free - placed[assign[ci]]
+		if freeAfter < 0 {
+			freeAfter = 0
+		}
+		used := d.Capacity - freeAfter
+		if used > d.Capacity {
+			used = d.Capacity
+		}
+		// Scale before dividing so small volumes on large disks still
+		// register; capacities stay far below 2^63/maxScore.
+		util := used * maxScore / d.Capacity
+		if s == LeastAllocated {
+			util = maxScore - util
+		}
+		sum += util * w
+		weights += w
+	}
+	if weights == 0 {
+		return 0
+	}
+	return sum / weights
+}
