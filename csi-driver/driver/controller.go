@@ -38,6 +38,7 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 		caps = append(caps,
 			controllerCap(csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT),
 			controllerCap(csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS),
+			controllerCap(csi.ControllerServiceCapability_RPC_GET_SNAPSHOT),
 			controllerCap(csi.ControllerServiceCapability_RPC_CLONE_VOLUME),
 		)
 	}
@@ -604,7 +605,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		if other != dk || snap.SourceVolume != srcKey || snap.Name != req.GetName() {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for another source volume", req.GetName())
 		}
-		return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(dk, snap)}, nil
+		return &csi.CreateSnapshotResponse{Snapshot: d.csiSnapshot(dk, snap)}, nil
 	}
 	if _, err := dk.backend.GetVolume(ctx, srcKey); err != nil {
 		return nil, toStatus(fmt.Errorf("source volume %s: %w", req.GetSourceVolumeId(), err))
@@ -618,10 +619,13 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	}
 	klog.FromContext(ctx).Info("Created snapshot", "snapshot", makeID(dk.name, key), "source", req.GetSourceVolumeId())
 	d.triggerStatus()
-	return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(dk, snap)}, nil
+	return &csi.CreateSnapshotResponse{Snapshot: d.csiSnapshot(dk, snap)}, nil
 }
 
-func csiSnapshot(dk *disk, s *backend.Snapshot) *csi.Snapshot {
+// csiSnapshot describes a snapshot for CSI. Snapshots live on their
+// volume's disk; a volume restored from one is made on that disk and its
+// own accessible topology pins it to this node.
+func (d *Driver) csiSnapshot(dk *disk, s *backend.Snapshot) *csi.Snapshot {
 	return &csi.Snapshot{
 		SnapshotId:     makeID(dk.name, s.Key),
 		SourceVolumeId: makeID(dk.name, s.SourceVolume),
@@ -629,6 +633,26 @@ func csiSnapshot(dk *disk, s *backend.Snapshot) *csi.Snapshot {
 		CreationTime:   timestamppb.New(s.CreatedAt),
 		ReadyToUse:     true,
 	}
+}
+
+// GetSnapshot implements csi.ControllerServer.
+func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	if err := d.checkReady(); err != nil {
+		return nil, err
+	}
+	diskName, key, err := parseID("snapshot", req.GetSnapshotId())
+	if err != nil {
+		return nil, err
+	}
+	dk := d.disk(diskName)
+	if dk == nil || dk.startErr != nil {
+		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist: no disk %s", req.GetSnapshotId(), diskName)
+	}
+	snap, err := dk.backend.GetSnapshot(ctx, key)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("snapshot %q: %w", req.GetSnapshotId(), err))
+	}
+	return &csi.GetSnapshotResponse{Snapshot: d.csiSnapshot(dk, snap)}, nil
 }
 
 // DeleteSnapshot implements csi.ControllerServer; a missing snapshot is fine.
@@ -671,7 +695,7 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 			return nil, toStatus(fmt.Errorf("listing snapshots of disk %s: %w", dk.name, err))
 		}
 		for i := range snaps {
-			s := csiSnapshot(dk, &snaps[i])
+			s := d.csiSnapshot(dk, &snaps[i])
 			if (req.GetSnapshotId() != "" && s.SnapshotId != req.GetSnapshotId()) ||
 				(req.GetSourceVolumeId() != "" && s.SourceVolumeId != req.GetSourceVolumeId()) {
 				continue

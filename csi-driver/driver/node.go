@@ -67,15 +67,21 @@ func (d *Driver) checkPath(kind, p string) (string, error) {
 }
 
 // nodeRequest validates the volume ID and path every stage and publish
-// call carries, in the order the CSI spec's error table implies: missing
-// arguments first, then whether the volume exists.
-func (d *Driver) nodeRequest(id, pathKind, path string) (*disk, string, string, error) {
+// call carries, then runs the call's other argument checks, and only then
+// looks the volume up: the CSI spec wants InvalidArgument for a malformed
+// request before NotFound for an unknown volume.
+func (d *Driver) nodeRequest(id, pathKind, path string, checks ...func() error) (*disk, string, string, error) {
 	if id == "" {
 		return nil, "", "", status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
 	clean, err := d.checkPath(pathKind, path)
 	if err != nil {
 		return nil, "", "", err
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return nil, "", "", err
+		}
 	}
 	dk, key, err := d.volumeOf(id)
 	if err != nil {
@@ -90,11 +96,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := d.checkReady(); err != nil {
 		return nil, err
 	}
-	dk, key, staging, err := d.nodeRequest(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath())
+	dk, key, staging, err := d.nodeRequest(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath(),
+		func() error { return checkCapability(req.GetVolumeCapability()) })
 	if err != nil {
-		return nil, err
-	}
-	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, err
 	}
 	defer d.locks.lock("volume/" + key)()
@@ -259,16 +263,15 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err := d.checkReady(); err != nil {
 		return nil, err
 	}
-	dk, key, target, err := d.nodeRequest(req.GetVolumeId(), "target path", req.GetTargetPath())
-	if err != nil {
-		return nil, err
-	}
-	staging, err := d.checkPath("staging target path", req.GetStagingTargetPath())
-	if err != nil {
-		return nil, err
-	}
+	var staging string
 	cap := req.GetVolumeCapability()
-	if err := checkCapability(cap); err != nil {
+	dk, key, target, err := d.nodeRequest(req.GetVolumeId(), "target path", req.GetTargetPath(),
+		func() (err error) {
+			staging, err = d.checkPath("staging target path", req.GetStagingTargetPath())
+			return err
+		},
+		func() error { return checkCapability(cap) })
+	if err != nil {
 		return nil, err
 	}
 	defer d.locks.lock("volume/" + key)()
