@@ -57,6 +57,9 @@ type DiskFit struct {
 	weigh     packing.Weigher
 	maxAge    time.Duration
 	now       func() time.Time
+	// handlersSynced report whether the ledger's event handlers have seen
+	// their informers' initial lists.
+	handlersSynced []cache.InformerSynced
 }
 
 var (
@@ -113,7 +116,7 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	} else {
 		fts = feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	}
-	vbArgs, err := volumeBindingArgs(args)
+	vbArgs, err := volumeBindingArgs(args, fts)
 	if err != nil {
 		return nil, err
 	}
@@ -212,8 +215,10 @@ func DefaultArgs() *config.DiskFitArgs {
 
 // volumeBindingArgs builds the embedded plugin's args the way the scheduler
 // would for VolumeBinding itself (its defaults, e.g. the scoring shape when
-// StorageCapacityScoring is on), with DiskFit's bind timeout.
-func volumeBindingArgs(args *config.DiskFitArgs) (*schedconfig.VolumeBindingArgs, error) {
+// StorageCapacityScoring is on), with DiskFit's bind timeout. The defaults
+// read the process's feature gates; the shape is dropped when the features
+// the plugin was given disable capacity scoring, as VolumeBinding requires.
+func volumeBindingArgs(args *config.DiskFitArgs, fts feature.Features) (*schedconfig.VolumeBindingArgs, error) {
 	timeout := args.BindTimeoutSeconds
 	versioned := &schedconfigv1.VolumeBindingArgs{BindTimeoutSeconds: &timeout}
 	scheme := kubeschedv1.GetPluginArgConversionScheme()
@@ -221,6 +226,9 @@ func volumeBindingArgs(args *config.DiskFitArgs) (*schedconfig.VolumeBindingArgs
 	out := &schedconfig.VolumeBindingArgs{}
 	if err := scheme.Convert(versioned, out, nil); err != nil {
 		return nil, fmt.Errorf("building VolumeBinding args: %w", err)
+	}
+	if !fts.EnableStorageCapacityScoring {
+		out.Shape = nil
 	}
 	return out, nil
 }
@@ -236,7 +244,7 @@ func strategy(t config.ScoringStrategyType) packing.Strategy {
 // the ledger.
 func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 	pvInformer := h.SharedInformerFactory().Core().V1().PersistentVolumes().Informer()
-	if _, err := pvInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	pvReg, err := pvInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { pl.onPV(obj) },
 		UpdateFunc: func(_, obj interface{}) { pl.onPV(obj) },
 		DeleteFunc: func(obj interface{}) {
@@ -244,11 +252,12 @@ func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 				pl.ledger.DeletePV(pv.Name)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("watching PVs: %w", err)
 	}
 	pvcInformer := h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Informer()
-	if _, err := pvcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	pvcReg, err := pvcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { pl.onPVC(obj) },
 		UpdateFunc: func(_, obj interface{}) { pl.onPVC(obj) },
 		DeleteFunc: func(obj interface{}) {
@@ -257,9 +266,11 @@ func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 				reservationsHeld.Set(float64(pl.ledger.Reservations()))
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("watching PVCs: %w", err)
 	}
+	pl.handlersSynced = append(pl.handlersSynced, pvReg.HasSynced, pvcReg.HasSynced)
 	return nil
 }
 
@@ -282,7 +293,7 @@ func (pl *DiskFit) onPVC(obj interface{}) {
 func (pl *DiskFit) watchDiskNodes(ctx context.Context, client versioned.Interface) error {
 	factory := externalversions.NewSharedInformerFactory(client, 0)
 	informer := factory.Diskfit().V1alpha1().DiskNodes().Informer()
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { pl.onDiskNode(obj) },
 		UpdateFunc: func(_, obj interface{}) { pl.onDiskNode(obj) },
 		DeleteFunc: func(obj interface{}) {
@@ -291,14 +302,15 @@ func (pl *DiskFit) watchDiskNodes(ctx context.Context, client versioned.Interfac
 				ledgerRebuilds.Inc()
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("watching DiskNodes: %w", err)
 	}
 	factory.Start(ctx.Done())
-	for typ, synced := range factory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
-			return fmt.Errorf("DiskNode informer %v did not sync", typ)
-		}
+	// Waiting for the handler, not just the informer, means every DiskNode
+	// is in the ledger before New returns.
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		return errors.New("DiskNode informer did not sync")
 	}
 	return nil
 }

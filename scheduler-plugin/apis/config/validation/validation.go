@@ -16,6 +16,9 @@ const MaxWeight = 100
 
 // ValidateDiskFitArgs returns every problem with args, rooted at path.
 func ValidateDiskFitArgs(path *field.Path, args *config.DiskFitArgs) error {
+	if path == nil {
+		path = field.NewPath("args")
+	}
 	var errs field.ErrorList
 	if args.BindTimeoutSeconds < 0 {
 		errs = append(errs, field.Invalid(path.Child("bindTimeoutSeconds"), args.BindTimeoutSeconds, "must not be negative"))

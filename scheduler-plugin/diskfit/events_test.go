@@ -1,0 +1,196 @@
+package diskfit
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+)
+
+func TestEventsToRegister(t *testing.T) {
+	env := newTestEnv(t, nil, nil)
+	events, err := env.pl.EventsToRegister(env.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vbEvents, err := env.pl.vb.EventsToRegister(env.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(res fwk.EventResource, action fwk.ActionType) bool {
+		for _, e := range events {
+			if e.Event.Resource == res && e.Event.ActionType&action == action {
+				return true
+			}
+		}
+		return false
+	}
+	for _, e := range vbEvents {
+		if !has(e.Event.Resource, e.Event.ActionType) {
+			t.Errorf("VolumeBinding event %v missing", e.Event)
+		}
+	}
+	for _, want := range []fwk.ClusterEvent{
+		{Resource: "disknodes.v1alpha1.diskfit.io", ActionType: fwk.Add | fwk.Update},
+		{Resource: fwk.PersistentVolume, ActionType: fwk.Delete},
+		{Resource: fwk.PersistentVolumeClaim, ActionType: fwk.Delete},
+		{Resource: fwk.StorageClass, ActionType: fwk.Add},
+		{Resource: fwk.Node, ActionType: fwk.Add},
+	} {
+		if !has(want.Resource, want.ActionType) {
+			t.Errorf("event %v missing", want)
+		}
+	}
+}
+
+func toUnstructured(t *testing.T, dn *v1alpha1.DiskNode) *unstructured.Unstructured {
+	t.Helper()
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(dn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: obj}
+}
+
+func TestDiskNodeHint(t *testing.T) {
+	base := diskNode("n1", diskSpec{name: "d0", capacity: 10 * gi, free: 2 * gi})
+	withFree := func(free int64) *v1alpha1.DiskNode {
+		dn := base.DeepCopy()
+		dn.Status.Disks[0].FreeBytes = free
+		return dn
+	}
+	staleDN := base.DeepCopy()
+	staleDN.Status.ObservedTime = metav1.NewTime(testNow.Add(-time.Hour))
+	sick := base.DeepCopy()
+	sick.Status.Disks[0].Healthy = false
+	extra := base.DeepCopy()
+	extra.Status.Disks = append(extra.Status.Disks, v1alpha1.DiskStatus{Name: "d1", CapacityBytes: gi, FreeBytes: gi, Healthy: true})
+	tests := []struct {
+		name     string
+		old, new *v1alpha1.DiskNode
+		want     fwk.QueueingHint
+	}{
+		{"created", nil, base, fwk.Queue},
+		{"more free space", base, withFree(3 * gi), fwk.Queue},
+		{"less free space", base, withFree(gi), fwk.QueueSkip},
+		{"only refreshed", base, base.DeepCopy(), fwk.QueueSkip},
+		{"fresh again", staleDN, base, fwk.Queue},
+		{"healthy again", sick, base, fwk.Queue},
+		{"new disk", base, extra, fwk.Queue},
+		{"disk became unhealthy", base, sick, fwk.QueueSkip},
+	}
+	env := newTestEnv(t, nil, nil)
+	logger, _ := ktesting.NewTestContext(t)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var oldObj interface{}
+			if tc.old != nil {
+				oldObj = toUnstructured(t, tc.old)
+			}
+			got, err := env.pl.isSchedulableAfterDiskNodeChange(logger, makePod("p"), oldObj, toUnstructured(t, tc.new))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("hint = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDiskNodeHintFeedsLedger checks that a pod requeued by a DiskNode event
+// sees the new space even before the plugin's own informer delivers it.
+func TestDiskNodeHintFeedsLedger(t *testing.T) {
+	env := newTestEnv(t, nil, nil, diskNode("n1", diskSpec{name: "d0", capacity: 10 * gi, free: gi}))
+	env.pl.ledger.DeleteDiskNode("n1") // simulate a lagging informer
+	updated := diskNode("n1", diskSpec{name: "d0", capacity: 10 * gi, free: 5 * gi})
+	logger, _ := ktesting.NewTestContext(t)
+	if _, err := env.pl.isSchedulableAfterDiskNodeChange(logger, makePod("p"), nil, toUnstructured(t, updated)); err != nil {
+		t.Fatal(err)
+	}
+	disks, info := env.pl.ledger.Disks("n1", nil)
+	if !info.HasDiskNode || len(disks) != 1 || disks[0].Free != 5*gi {
+		t.Errorf("ledger after hint: %+v %+v", info, disks)
+	}
+}
+
+func TestVolumeHints(t *testing.T) {
+	env := newTestEnv(t, nil, []runtime.Object{makePVC("mine", diskfitClass, gi).PersistentVolumeClaim})
+	logger, _ := ktesting.NewTestContext(t)
+	pod := makePod("p", "mine")
+
+	diskfitPV := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv1"}, Spec: v1.PersistentVolumeSpec{
+		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+			Driver: diskfit.DriverName, VolumeAttributes: map[string]string{diskfit.VolumeContextDiskKey: "d0"}}},
+		NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+			MatchExpressions: []v1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: v1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}},
+	}}
+	otherPV := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv2"}}
+	placed := makePVC("other", diskfitClass, gi).placed("n1", "d0").PersistentVolumeClaim
+	released := placed.DeepCopy()
+	delete(released.Annotations, diskfit.SelectedNodeAnnotation)
+	unplaced := makePVC("other", diskfitClass, gi).PersistentVolumeClaim
+
+	pvcUpdate := env.pl.pvcUpdateHint(nil)
+	for _, e := range mustEvents(t, env) {
+		if e.Event.Resource == fwk.PersistentVolumeClaim && e.Event.ActionType&fwk.Update != 0 {
+			pvcUpdate = e.QueueingHintFn
+		}
+	}
+	tests := []struct {
+		name string
+		hint func() (fwk.QueueingHint, error)
+		want fwk.QueueingHint
+	}{
+		{"diskfit PV deleted", func() (fwk.QueueingHint, error) {
+			return env.pl.isSchedulableAfterPVDelete(logger, pod, diskfitPV, nil)
+		}, fwk.Queue},
+		{"other PV deleted", func() (fwk.QueueingHint, error) {
+			return env.pl.isSchedulableAfterPVDelete(logger, pod, otherPV, nil)
+		}, fwk.QueueSkip},
+		{"placed PVC deleted", func() (fwk.QueueingHint, error) {
+			return env.pl.isSchedulableAfterPVCDelete(logger, pod, placed, nil)
+		}, fwk.Queue},
+		{"unplaced PVC deleted", func() (fwk.QueueingHint, error) {
+			return env.pl.isSchedulableAfterPVCDelete(logger, pod, unplaced, nil)
+		}, fwk.QueueSkip},
+		{"another pod's PVC lost selected-node", func() (fwk.QueueingHint, error) {
+			return pvcUpdate(logger, pod, placed, released)
+		}, fwk.Queue},
+		{"another pod's PVC got a node", func() (fwk.QueueingHint, error) {
+			return pvcUpdate(logger, pod, unplaced, placed)
+		}, fwk.QueueSkip},
+		{"the pod's own PVC changed (VolumeBinding's hint)", func() (fwk.QueueingHint, error) {
+			mine := makePVC("mine", diskfitClass, gi).PersistentVolumeClaim
+			return pvcUpdate(logger, pod, mine, mine)
+		}, fwk.Queue},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.hint()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("hint = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func mustEvents(t *testing.T, env *testEnv) []fwk.ClusterEventWithHint {
+	t.Helper()
+	events, err := env.pl.EventsToRegister(env.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}

@@ -1,0 +1,189 @@
+package diskfit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
+)
+
+const gi = int64(1) << 30
+
+// testNow is the fixed clock of plugin tests; DiskNodes observed at it are
+// fresh.
+var testNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+const (
+	diskfitClass = "diskfit"
+	ssdClass     = "diskfit-ssd"
+	otherClass   = "other"
+)
+
+func storageClasses() []runtime.Object {
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	return []runtime.Object{
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: diskfitClass}, Provisioner: diskfit.DriverName, VolumeBindingMode: &wffc},
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: ssdClass}, Provisioner: diskfit.DriverName, VolumeBindingMode: &wffc,
+			Parameters: map[string]string{diskfit.DeviceClassParameter: "ssd"}},
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: otherClass}, Provisioner: "other.example.com", VolumeBindingMode: &wffc},
+	}
+}
+
+func node(name string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		v1.LabelHostname: name, diskfit.TopologyKey: name,
+	}}}
+}
+
+type diskSpec struct {
+	name, class    string
+	capacity, free int64
+	unhealthy      bool
+}
+
+func diskNode(nodeName string, disks ...diskSpec) *v1alpha1.DiskNode {
+	dn := &v1alpha1.DiskNode{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName},
+		Status:     v1alpha1.DiskNodeStatus{ObservedTime: metav1.NewTime(testNow)},
+	}
+	for _, d := range disks {
+		dn.Status.Disks = append(dn.Status.Disks, v1alpha1.DiskStatus{
+			Name: d.name, Backend: v1alpha1.BackendFile, DeviceClass: d.class,
+			CapacityBytes: d.capacity, FreeBytes: d.free, Healthy: !d.unhealthy,
+		})
+	}
+	return dn
+}
+
+// freeDisk is an empty disk of the given size.
+func freeDisk(name string, size int64) diskSpec {
+	return diskSpec{name: name, capacity: size, free: size}
+}
+
+type pvcBuilder struct{ *v1.PersistentVolumeClaim }
+
+func makePVC(name, class string, size int64) pvcBuilder {
+	return pvcBuilder{&v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1"},
+		Spec: v1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(class),
+			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources: v1.VolumeResourceRequirements{Requests: v1.ResourceList{
+				v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI),
+			}},
+		},
+	}}
+}
+
+func (b pvcBuilder) annotate(key, value string) pvcBuilder {
+	if b.Annotations == nil {
+		b.Annotations = map[string]string{}
+	}
+	b.Annotations[key] = value
+	return b
+}
+
+func (b pvcBuilder) placed(nodeName, disk string) pvcBuilder {
+	return b.annotate(diskfit.SelectedNodeAnnotation, nodeName).annotate(diskfit.SelectedDiskAnnotation, disk)
+}
+
+func makePod(name string, claims ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec: v1.PodSpec{SchedulerName: diskfit.SchedulerName}}
+	for _, c := range claims {
+		p.Spec.Volumes = append(p.Spec.Volumes, v1.Volume{Name: c, VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: c},
+		}})
+	}
+	return p
+}
+
+// testEnv is a DiskFit plugin on fake clientsets, built through the
+// framework like the scheduler builds it.
+type testEnv struct {
+	ctx      context.Context
+	client   *fake.Clientset
+	dfClient *dffake.Clientset
+	handle   fwk.Handle
+	pl       *DiskFit
+}
+
+func newTestEnv(t *testing.T, args *config.DiskFitArgs, objs []runtime.Object, diskNodes ...*v1alpha1.DiskNode) *testEnv {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	client := fake.NewClientset(append(storageClasses(), objs...)...)
+	informerFactory := informers.NewSharedInformerFactory(client, 0)
+	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithInformerFactory(informerFactory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dnObjs := make([]runtime.Object, 0, len(diskNodes))
+	for _, dn := range diskNodes {
+		dnObjs = append(dnObjs, dn)
+	}
+	dfClient := dffake.NewSimpleClientset(dnObjs...)
+	var obj runtime.Object
+	if args != nil {
+		obj = args
+	}
+	pl, err := NewWithOptions(ctx, obj, fh, Options{
+		Features:       &feature.Features{},
+		DiskNodeClient: dfClient,
+		Now:            func() time.Time { return testNow },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scheduler starts the shared informers after building plugins.
+	informerFactory.Start(ctx.Done())
+	informerFactory.WaitForCacheSync(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pl.handlersSynced...) {
+		t.Fatal("event handlers did not sync")
+	}
+	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl}
+}
+
+// nodeInfos builds scheduler NodeInfos for the named nodes.
+func nodeInfos(names ...string) []fwk.NodeInfo {
+	nodes := make([]*v1.Node, len(names))
+	for i, n := range names {
+		nodes[i] = node(n)
+	}
+	return tf.BuildNodeInfos(nodes)
+}
+
+// waitFor polls cond until it holds or the test times out.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,439 @@
+package diskfit
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
+	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
+)
+
+type wantStatus struct {
+	code   fwk.Code
+	reason string // substring of the status message
+}
+
+func checkStatus(t *testing.T, what string, got *fwk.Status, want wantStatus) {
+	t.Helper()
+	if got.Code() != want.code {
+		t.Errorf("%s: code %v (%q), want %v", what, got.Code(), got.Message(), want.code)
+		return
+	}
+	if !strings.Contains(got.Message(), want.reason) {
+		t.Errorf("%s: message %q, want it to contain %q", what, got.Message(), want.reason)
+	}
+}
+
+func TestFilter(t *testing.T) {
+	stale := diskNode("n1", freeDisk("d0", 10*gi))
+	stale.Status.ObservedTime = metav1.NewTime(testNow.Add(-time.Hour))
+	tests := []struct {
+		name      string
+		objs      []runtime.Object
+		diskNodes []*v1alpha1.DiskNode
+		pod       *v1.Pod
+		want      map[string]wantStatus // node -> status
+	}{
+		{
+			name:      "two disks with 1Gi free each reject a 2Gi claim",
+			objs:      []runtime.Object{makePVC("a", diskfitClass, 2*gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{diskNode("n1", freeDisk("nvme0", gi), freeDisk("nvme1", gi))},
+			pod:       makePod("p", "a"),
+			want: map[string]wantStatus{"n1": {fwk.UnschedulableAndUnresolvable,
+				"node n1: largest free disk nvme0 has 1Gi, pod needs 2Gi on one disk"}},
+		},
+		{
+			name: "two 3Gi claims fit on 4Gi+4Gi but not on 4Gi+2Gi",
+			objs: []runtime.Object{makePVC("a", diskfitClass, 3*gi).PersistentVolumeClaim, makePVC("b", diskfitClass, 3*gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{
+				diskNode("n1", freeDisk("d0", 4*gi), freeDisk("d1", 4*gi)),
+				diskNode("n2", freeDisk("d0", 4*gi), freeDisk("d1", 2*gi)),
+			},
+			pod: makePod("p", "a", "b"),
+			want: map[string]wantStatus{
+				"n1": {fwk.Success, ""},
+				"n2": {fwk.UnschedulableAndUnresolvable, "node n2: claims 3Gi+3Gi do not fit together on disks d0 (4Gi free), d1 (2Gi free)"},
+			},
+		},
+		{
+			name:      "node without DiskNode is rejected",
+			objs:      []runtime.Object{makePVC("a", diskfitClass, gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{diskNode("n1", freeDisk("d0", 10*gi))},
+			pod:       makePod("p", "a"),
+			want: map[string]wantStatus{
+				"n1": {fwk.Success, ""},
+				"n2": {fwk.UnschedulableAndUnresolvable, "node n2: no DiskNode"},
+			},
+		},
+		{
+			name:      "stale DiskNode is rejected",
+			objs:      []runtime.Object{makePVC("a", diskfitClass, gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{stale},
+			pod:       makePod("p", "a"),
+			want:      map[string]wantStatus{"n1": {fwk.UnschedulableAndUnresolvable, "node n1: DiskNode is stale"}},
+		},
+		{
+			name: "device class from the StorageClass",
+			objs: []runtime.Object{makePVC("a", ssdClass, 3*gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{
+				diskNode("n1", diskSpec{name: "hdd0", class: "hdd", capacity: 10 * gi, free: 10 * gi}, diskSpec{name: "ssd0", class: "ssd", capacity: 4 * gi, free: 4 * gi}),
+				diskNode("n2", diskSpec{name: "hdd0", class: "hdd", capacity: 10 * gi, free: 10 * gi}, diskSpec{name: "ssd0", class: "ssd", capacity: 4 * gi, free: 2 * gi}),
+			},
+			pod: makePod("p", "a"),
+			want: map[string]wantStatus{
+				"n1": {fwk.Success, ""},
+				"n2": {fwk.UnschedulableAndUnresolvable, `largest free disk of device class "ssd" ssd0 has 2Gi`},
+			},
+		},
+		{
+			name:      "unhealthy disks are skipped",
+			objs:      []runtime.Object{makePVC("a", diskfitClass, gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{diskNode("n1", diskSpec{name: "d0", capacity: 10 * gi, free: 10 * gi, unhealthy: true})},
+			pod:       makePod("p", "a"),
+			want:      map[string]wantStatus{"n1": {fwk.UnschedulableAndUnresolvable, "node n1: no healthy disk"}},
+		},
+		{
+			name: "another pod's annotated unbound PVC holds its disk",
+			objs: []runtime.Object{
+				makePVC("a", diskfitClass, 3*gi).PersistentVolumeClaim,
+				makePVC("other", diskfitClass, 3*gi).placed("n1", "d0").PersistentVolumeClaim,
+			},
+			diskNodes: []*v1alpha1.DiskNode{diskNode("n1", freeDisk("d0", 4*gi))},
+			pod:       makePod("p", "a"),
+			want:      map[string]wantStatus{"n1": {fwk.UnschedulableAndUnresolvable, "largest free disk d0 has 1Gi, pod needs 3Gi"}},
+		},
+		{
+			name: "a PVC whose selected-node was removed no longer holds its disk",
+			objs: []runtime.Object{
+				makePVC("a", diskfitClass, 3*gi).PersistentVolumeClaim,
+				makePVC("other", diskfitClass, 3*gi).annotate(diskfit.SelectedDiskAnnotation, "d0").PersistentVolumeClaim,
+			},
+			diskNodes: []*v1alpha1.DiskNode{diskNode("n1", freeDisk("d0", 4*gi))},
+			pod:       makePod("p", "a"),
+			want:      map[string]wantStatus{"n1": {fwk.Success, ""}},
+		},
+		{
+			name:      "a claim of another provisioner is left to VolumeBinding",
+			objs:      []runtime.Object{makePVC("a", otherClass, 100*gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{diskNode("n1", freeDisk("d0", gi))},
+			pod:       makePod("p", "a"),
+			want:      map[string]wantStatus{"n1": {fwk.Success, ""}, "n2": {fwk.Success, ""}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newTestEnv(t, nil, tc.objs, tc.diskNodes...)
+			state := framework.NewCycleState()
+			if _, status := env.pl.PreFilter(env.ctx, state, tc.pod, nil); !status.IsSuccess() {
+				t.Fatalf("PreFilter: %v", status)
+			}
+			var names []string
+			for n := range tc.want {
+				names = append(names, n)
+			}
+			for _, ni := range nodeInfos(names...) {
+				checkStatus(t, "Filter on "+ni.Node().Name, env.pl.Filter(env.ctx, state, tc.pod, ni), tc.want[ni.Node().Name])
+			}
+		})
+	}
+}
+
+// TestNonDiskFitClaimsMatchVolumeBinding runs DiskFit and a plain
+// VolumeBinding side by side on pods without diskfit claims: every status
+// must be the same.
+func TestNonDiskFitClaimsMatchVolumeBinding(t *testing.T) {
+	wffc := makePVC("wffc", otherClass, gi).PersistentVolumeClaim
+	bound := makePVC("bound", otherClass, gi).PersistentVolumeClaim
+	bound.Spec.VolumeName = "pv-bound"
+	bound.Status.Phase = v1.ClaimBound
+	boundPV := &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-bound"},
+		Spec: v1.PersistentVolumeSpec{
+			StorageClassName: otherClass,
+			ClaimRef:         &v1.ObjectReference{Namespace: "ns", Name: "bound", UID: bound.UID},
+			NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+				MatchExpressions: []v1.NodeSelectorRequirement{{Key: v1.LabelHostname, Operator: v1.NodeSelectorOpIn, Values: []string{"n1"}}},
+			}}}},
+		},
+		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound},
+	}
+	objs := []runtime.Object{wffc, bound, boundPV, node("n1"), node("n2")}
+	pods := []*v1.Pod{
+		makePod("no-volumes"),
+		makePod("wffc", "wffc"),
+		makePod("bound", "bound"),
+		makePod("missing", "does-not-exist"),
+	}
+	env := newTestEnv(t, nil, objs, diskNode("n1", freeDisk("d0", gi)))
+	vbPlugin, err := volumebinding.New(env.ctx, &schedconfig.VolumeBindingArgs{BindTimeoutSeconds: 600}, env.handle, feature.Features{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vb := vbPlugin.(*volumebinding.VolumeBinding)
+	nodes := nodeInfos("n1", "n2")
+	for _, pod := range pods {
+		t.Run(pod.Name, func(t *testing.T) {
+			dfState, vbState := framework.NewCycleState(), framework.NewCycleState()
+			_, dfStatus := env.pl.PreFilter(env.ctx, dfState, pod, nodes)
+			_, vbStatus := vb.PreFilter(env.ctx, vbState, pod, nodes)
+			if dfStatus.Code() != vbStatus.Code() || dfStatus.Message() != vbStatus.Message() {
+				t.Fatalf("PreFilter: DiskFit %v, VolumeBinding %v", dfStatus, vbStatus)
+			}
+			if !vbStatus.IsSuccess() {
+				return
+			}
+			for _, ni := range nodes {
+				df := env.pl.Filter(env.ctx, dfState, pod, ni)
+				want := vb.Filter(env.ctx, vbState, pod, ni)
+				if df.Code() != want.Code() || df.Message() != want.Message() {
+					t.Errorf("Filter on %s: DiskFit %v, VolumeBinding %v", ni.Node().Name, df, want)
+				}
+			}
+			dfPre := env.pl.PreScore(env.ctx, dfState, pod, nodes)
+			vbPre := vb.PreScore(env.ctx, vbState, pod, nodes)
+			if dfPre.Code() != vbPre.Code() {
+				t.Errorf("PreScore: DiskFit %v, VolumeBinding %v", dfPre, vbPre)
+			}
+		})
+	}
+}
+
+// recordingBinder records what VolumeBinding's real AssumePodVolumes is
+// given, after the DiskFit decorator.
+type recordingBinder struct {
+	volumebinding.SchedulerVolumeBinder
+	assumed []*v1.PersistentVolumeClaim
+}
+
+func (r *recordingBinder) AssumePodVolumes(logger klog.Logger, pod *v1.Pod, nodeName string, pv *volumebinding.PodVolumes) (bool, error) {
+	for _, dp := range pv.DynamicProvisions {
+		r.assumed = append(r.assumed, dp.PVC)
+	}
+	return r.SchedulerVolumeBinder.AssumePodVolumes(logger, pod, nodeName, pv)
+}
+
+// TestReserveAndPreBindWriteDiskWithNode proves the central contract: the
+// PVC update that sets selected-node also carries selected-disk, it is the
+// only PVC write, and a stale disk annotation is overwritten.
+func TestReserveAndPreBindWriteDiskWithNode(t *testing.T) {
+	fresh := makePVC("fresh", diskfitClass, 3*gi).PersistentVolumeClaim
+	// Rescheduled: the provisioner removed selected-node, the old disk
+	// annotation stayed behind.
+	stale := makePVC("stale", diskfitClass, 2*gi).annotate(diskfit.SelectedDiskAnnotation, "gone").PersistentVolumeClaim
+	pod := makePod("p", "fresh", "stale")
+	args := DefaultArgs()
+	args.BindTimeoutSeconds = 1
+	env := newTestEnv(t, args, []runtime.Object{fresh, stale, node("n1"), pod},
+		diskNode("n1", freeDisk("d0", 3*gi), freeDisk("d1", 10*gi)))
+	inner := env.pl.vb.Binder.(*diskBinder)
+	rec := &recordingBinder{SchedulerVolumeBinder: inner.SchedulerVolumeBinder}
+	inner.SchedulerVolumeBinder = rec
+
+	state := framework.NewCycleState()
+	nodes := nodeInfos("n1")
+	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	if status := env.pl.Filter(env.ctx, state, pod, nodes[0]); !status.IsSuccess() {
+		t.Fatalf("Filter: %v", status)
+	}
+	if status := env.pl.Reserve(env.ctx, state, pod, "n1"); !status.IsSuccess() {
+		t.Fatalf("Reserve: %v", status)
+	}
+	// MostAllocated: the 3Gi claim fills d0 exactly, the 2Gi one goes to d1.
+	wantDisk := map[string]string{"fresh": "d0", "stale": "d1"}
+	if len(rec.assumed) != 2 {
+		t.Fatalf("VolumeBinding assumed %d PVCs, want 2", len(rec.assumed))
+	}
+	for _, pvc := range rec.assumed {
+		if got := pvc.Annotations[diskfit.SelectedDiskAnnotation]; got != wantDisk[pvc.Name] {
+			t.Errorf("assumed PVC %s has disk %q, want %q", pvc.Name, got, wantDisk[pvc.Name])
+		}
+	}
+	// The informer cache must not have been modified.
+	cached, err := env.pl.pvcLister.PersistentVolumeClaims("ns").Get("stale")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cached.Annotations[diskfit.SelectedDiskAnnotation] != "gone" {
+		t.Error("decorator modified the informer's PVC")
+	}
+
+	env.client.ClearActions()
+	if _, status := env.pl.PreBindPreFlight(env.ctx, state, pod, "n1"); !status.IsSuccess() {
+		t.Fatalf("PreBindPreFlight: %v", status)
+	}
+	// PreBind writes the PVCs, then waits for a PV controller that does
+	// not exist here; its outcome does not matter, the writes do.
+	ctx, cancel := context.WithTimeout(env.ctx, 3*time.Second)
+	defer cancel()
+	_ = env.pl.PreBind(ctx, state, pod, "n1")
+	updates := 0
+	for _, a := range env.client.Actions() {
+		if a.GetVerb() != "update" || a.GetResource().Resource != "persistentvolumeclaims" {
+			continue
+		}
+		updates++
+		pvc := a.(clienttesting.UpdateAction).GetObject().(*v1.PersistentVolumeClaim)
+		if pvc.Annotations[diskfit.SelectedNodeAnnotation] != "n1" || pvc.Annotations[diskfit.SelectedDiskAnnotation] != wantDisk[pvc.Name] {
+			t.Errorf("PVC %s written with annotations %v, want node n1 and disk %s", pvc.Name, pvc.Annotations, wantDisk[pvc.Name])
+		}
+	}
+	if updates != 2 {
+		t.Errorf("%d PVC updates, want exactly 2 (one per PVC)", updates)
+	}
+}
+
+func TestReserveNeverDoubleBooks(t *testing.T) {
+	objs := []runtime.Object{
+		makePVC("a", diskfitClass, 3*gi).PersistentVolumeClaim,
+		makePVC("b", diskfitClass, 3*gi).PersistentVolumeClaim,
+		node("n1"),
+	}
+	env := newTestEnv(t, nil, objs, diskNode("n1", freeDisk("d0", 4*gi)))
+	podA, podB := makePod("pa", "a"), makePod("pb", "b")
+	nodes := nodeInfos("n1")
+	stateA, stateB := framework.NewCycleState(), framework.NewCycleState()
+	for _, c := range []struct {
+		pod   *v1.Pod
+		state *framework.CycleState
+	}{{podA, stateA}, {podB, stateB}} {
+		if _, status := env.pl.PreFilter(env.ctx, c.state, c.pod, nodes); !status.IsSuccess() {
+			t.Fatalf("PreFilter %s: %v", c.pod.Name, status)
+		}
+		// Both pass Filter: nothing is reserved yet.
+		if status := env.pl.Filter(env.ctx, c.state, c.pod, nodes[0]); !status.IsSuccess() {
+			t.Fatalf("Filter %s: %v", c.pod.Name, status)
+		}
+	}
+	if status := env.pl.Reserve(env.ctx, stateA, podA, "n1"); !status.IsSuccess() {
+		t.Fatalf("Reserve A: %v", status)
+	}
+	checkStatus(t, "Reserve B", env.pl.Reserve(env.ctx, stateB, podB, "n1"),
+		wantStatus{fwk.Unschedulable, "largest free disk d0 has 1Gi, pod needs 3Gi"})
+	checkStatus(t, "Filter B after A reserved", env.pl.Filter(env.ctx, stateB, podB, nodes[0]),
+		wantStatus{fwk.UnschedulableAndUnresolvable, "has 1Gi"})
+
+	env.pl.Unreserve(env.ctx, stateA, podA, "n1")
+	env.pl.Unreserve(env.ctx, stateA, podA, "n1")
+	if status := env.pl.Reserve(env.ctx, stateB, podB, "n1"); !status.IsSuccess() {
+		t.Fatalf("Reserve B after A released: %v", status)
+	}
+}
+
+func TestLedgerFollowsInformers(t *testing.T) {
+	env := newTestEnv(t, nil, []runtime.Object{node("n1")}, diskNode("n1", freeDisk("d0", 10*gi)))
+	loc := ledger.Location{Node: "n1", Disk: "d0"}
+	pvc := makePVC("a", diskfitClass, 3*gi).placed("n1", "d0").PersistentVolumeClaim
+	if _, err := env.client.CoreV1().PersistentVolumeClaims("ns").Create(env.ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "annotated PVC in the ledger", func() bool { return env.pl.ledger.Used(loc) == 3*gi })
+
+	// external-provisioner asks for a reschedule by removing selected-node.
+	pvc = pvc.DeepCopy()
+	delete(pvc.Annotations, diskfit.SelectedNodeAnnotation)
+	if _, err := env.client.CoreV1().PersistentVolumeClaims("ns").Update(env.ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "released PVC out of the ledger", func() bool { return env.pl.ledger.Used(loc) == 0 })
+
+	dn := diskNode("n1", freeDisk("d0", 10*gi), freeDisk("d1", 5*gi))
+	if _, err := env.dfClient.DiskfitV1alpha1().DiskNodes().Update(env.ctx, dn, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "new disk in the ledger", func() bool {
+		disks, _ := env.pl.ledger.Disks("n1", nil)
+		return len(disks) == 2
+	})
+}
+
+func TestScore(t *testing.T) {
+	objs := []runtime.Object{makePVC("a", diskfitClass, 2*gi).PersistentVolumeClaim}
+	dns := []*v1alpha1.DiskNode{
+		diskNode("full", diskSpec{name: "d0", capacity: 10 * gi, free: 3 * gi}),
+		diskNode("empty", freeDisk("d0", 10*gi)),
+	}
+	tests := []struct {
+		strategy config.ScoringStrategyType
+		want     map[string]int64
+	}{
+		{config.MostAllocated, map[string]int64{"full": 90, "empty": 20}},
+		{config.LeastAllocated, map[string]int64{"full": 10, "empty": 80}},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.strategy), func(t *testing.T) {
+			args := DefaultArgs()
+			args.ScoringStrategy.Type = tc.strategy
+			env := newTestEnv(t, args, objs, dns...)
+			pod := makePod("p", "a")
+			state := framework.NewCycleState()
+			nodes := nodeInfos("full", "empty")
+			if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
+				t.Fatalf("PreFilter: %v", status)
+			}
+			if status := env.pl.PreScore(env.ctx, state, pod, nodes); !status.IsSuccess() {
+				t.Fatalf("PreScore: %v", status)
+			}
+			for _, ni := range nodes {
+				got, status := env.pl.Score(env.ctx, state, pod, ni)
+				if !status.IsSuccess() {
+					t.Fatalf("Score: %v", status)
+				}
+				if want := tc.want[ni.Node().Name]; got != want {
+					t.Errorf("Score(%s) = %d, want %d", ni.Node().Name, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestPreScoreSkipsPodsWithoutClaims(t *testing.T) {
+	env := newTestEnv(t, nil, []runtime.Object{makePVC("a", otherClass, gi).PersistentVolumeClaim}, diskNode("n1", freeDisk("d0", gi)))
+	pod := makePod("p", "a")
+	state := framework.NewCycleState()
+	nodes := nodeInfos("n1")
+	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	if status := env.pl.PreScore(env.ctx, state, pod, nodes); !status.IsSkip() {
+		t.Errorf("PreScore = %v, want Skip", status)
+	}
+}
+
+func TestSignPod(t *testing.T) {
+	env := newTestEnv(t, nil, []runtime.Object{
+		makePVC("mine", diskfitClass, gi).PersistentVolumeClaim,
+		makePVC("theirs", otherClass, gi).PersistentVolumeClaim,
+	})
+	if _, status := env.pl.SignPod(env.ctx, makePod("p", "mine")); status.IsSuccess() {
+		t.Error("pod with a diskfit claim was signed for batching")
+	}
+	if _, status := env.pl.SignPod(env.ctx, makePod("p", "theirs")); !status.IsSuccess() {
+		t.Errorf("pod without diskfit claims not signed: %v", status)
+	}
+}
+
+func TestNewRejectsInvalidArgs(t *testing.T) {
+	args := DefaultArgs()
+	args.ScoringStrategy.Type = "Random"
+	env := newTestEnv(t, nil, nil)
+	if _, err := NewWithOptions(env.ctx, args, env.handle, Options{Features: &feature.Features{}, DiskNodeClient: env.dfClient}); err == nil {
+		t.Error("New accepted an unknown scoring strategy")
+	}
+}
