@@ -55,7 +55,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if err := logsapi.ValidateAndApply(o.logging, featuregate.NewFeatureGate()); err != nil {
+	gates := featuregate.NewFeatureGate()
+	if err := logsapi.AddFeatureGates(gates); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if err := logsapi.ValidateAndApply(o.logging, gates); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}

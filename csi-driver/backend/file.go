@@ -34,6 +34,9 @@ const (
 type Hooks struct {
 	// AfterIntent runs after a volume's "creating" record is durable.
 	AfterIntent func(key string)
+	// AfterAllocate runs after the data file is allocated, before the
+	// record says "ready".
+	AfterAllocate func(key string)
 }
 
 // File keeps each volume as a preallocated file on a mounted filesystem,
@@ -212,6 +215,9 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 			return nil, errors.Join(err, rerr)
 		}
 		return nil, err
+	}
+	if f.hooks.AfterAllocate != nil {
+		f.hooks.AfterAllocate(req.Key)
 	}
 	vol.State = StateReady
 	if err := writeJSONAtomic(meta, vol); err != nil {

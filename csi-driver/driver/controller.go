@@ -137,10 +137,12 @@ func (d *Driver) checkRequisite(ar *csi.TopologyRequirement) error {
 	return status.Errorf(codes.ResourceExhausted, "the requisite topology does not include node %s", d.cfg.NodeID)
 }
 
-// findVolume looks for key on every disk; nil volume means none has it.
+// findVolume looks for key on every healthy disk; nil volume means none
+// has it. Unhealthy disks are skipped: their volumes cannot be served, and
+// a disk whose tools fail must not block creation on the others.
 func (d *Driver) findVolume(ctx context.Context, key string) (*disk, *backend.Volume, error) {
 	for _, dk := range d.disks {
-		if dk.startErr != nil {
+		if dk.health(ctx) != nil {
 			continue
 		}
 		vol, err := dk.backend.GetVolume(ctx, key)
@@ -412,7 +414,7 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 	}
 	var entries []*csi.ListVolumesResponse_Entry
 	for _, dk := range d.disks {
-		if dk.startErr != nil {
+		if dk.health(ctx) != nil {
 			continue
 		}
 		vols, err := dk.backend.ListVolumes(ctx)
@@ -592,7 +594,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	key := backend.KeyForName(req.GetName())
 	defer d.locks.lock("snapshot/" + key)()
 	for _, other := range d.disks {
-		if other.startErr != nil {
+		if other.health(ctx) != nil {
 			continue
 		}
 		snap, err := other.backend.GetSnapshot(ctx, key)
@@ -687,7 +689,7 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 	}
 	var entries []*csi.ListSnapshotsResponse_Entry
 	for _, dk := range d.disks {
-		if dk.startErr != nil {
+		if dk.health(ctx) != nil {
 			continue
 		}
 		snaps, err := dk.backend.ListSnapshots(ctx)

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
 
@@ -346,5 +348,37 @@ func TestSnapshotsAndClones(t *testing.T) {
 	}
 	if files := e.volumeFiles(t); len(files) != 0 {
 		t.Errorf("left behind: %v", files)
+	}
+}
+
+// TestLVMDiskWithoutDeviceMapper configures an lvm disk next to a file
+// disk on a machine without device-mapper: the driver starts, reports the
+// lvm disk unhealthy with the reason, and keeps serving the file disk.
+func TestLVMDiskWithoutDeviceMapper(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "file", fsType: "xfs", size: gi}}, nil)
+	cfg := e.d.cfg
+	node := *cfg.Node
+	node.Disks = append(node.Disks, config.Disk{Name: "lvm", Backend: v1alpha1.BackendLVM, VolumeGroup: "vg-none"})
+	cfg.Node = &node
+	cfg.DeviceMapperControl = filepath.Join(t.TempDir(), "no-control")
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Start(e.ctx)
+	st := d.Observe(e.ctx)
+	lvm, file := st.Disk("lvm"), st.Disk("file")
+	if lvm == nil || lvm.Healthy || lvm.Backend != v1alpha1.BackendLVM || !strings.Contains(lvm.Message, "device-mapper is not available") {
+		t.Errorf("lvm disk status %+v", lvm)
+	}
+	if file == nil || !file.Healthy {
+		t.Errorf("file disk status %+v", file)
+	}
+	req := createReq("pvc-lvm", 64*mi)
+	req.Parameters = e.addPVC(t, "pvc-lvm", map[string]string{"volume.kubernetes.io/selected-node": testNode, "diskfit.io/selected-disk": "lvm"})
+	_, err = d.CreateVolume(e.ctx, req)
+	wantCode(t, err, codes.ResourceExhausted)
+	if _, err := d.CreateVolume(e.ctx, createReq("pvc-file", 400*mi)); err != nil {
+		t.Errorf("the file disk stopped working: %v", err)
 	}
 }

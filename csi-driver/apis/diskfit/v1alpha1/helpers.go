@@ -41,9 +41,10 @@ func (s *DiskNodeStatus) Disk(name string) *DiskStatus {
 	return nil
 }
 
-// Summarize fills the display-only totals (Capacity, Free, HealthyDisks)
-// from Disks. Unhealthy disks are left out of the totals because no volume
-// can be placed on them.
+// Summarize fills the display-only totals (Capacity, Free, DiskCount,
+// HealthyDisks) from Disks. Unhealthy disks are left out of the byte totals
+// because no volume can be placed on them; the totals are rounded down to
+// MiB so that `kubectl get disknodes` prints them readably.
 func (s *DiskNodeStatus) Summarize() {
 	var capacity, free int64
 	var healthy int32
@@ -55,8 +56,10 @@ func (s *DiskNodeStatus) Summarize() {
 		capacity += d.CapacityBytes
 		free += d.FreeBytes
 	}
-	s.Capacity = *resource.NewQuantity(capacity, resource.BinarySI)
-	s.Free = *resource.NewQuantity(free, resource.BinarySI)
+	const mib = 1 << 20
+	s.Capacity = *resource.NewQuantity(capacity/mib*mib, resource.BinarySI)
+	s.Free = *resource.NewQuantity(free/mib*mib, resource.BinarySI)
+	s.DiskCount = int32(len(s.Disks))
 	s.HealthyDisks = healthy
 }
 

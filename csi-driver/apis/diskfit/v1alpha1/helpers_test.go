@@ -66,7 +66,7 @@ func TestSummarize(t *testing.T) {
 		name                   string
 		disks                  []DiskStatus
 		wantCapacity, wantFree string
-		wantHealthy            int32
+		wantCount, wantHealthy int32
 	}{
 		{name: "no disks", wantCapacity: "0", wantFree: "0"},
 		{
@@ -76,7 +76,14 @@ func TestSummarize(t *testing.T) {
 				{Name: "b", CapacityBytes: 6 * gi, FreeBytes: 2 * gi, Healthy: true},
 				{Name: "c", CapacityBytes: 100 * gi, FreeBytes: 100 * gi, Healthy: false},
 			},
-			wantCapacity: "16Gi", wantFree: "6Gi", wantHealthy: 2,
+			wantCapacity: "16Gi", wantFree: "6Gi", wantCount: 3, wantHealthy: 2,
+		},
+		{
+			name: "rounded down to MiB",
+			disks: []DiskStatus{
+				{Name: "a", CapacityBytes: 10*gi + 1<<20 + 5, FreeBytes: 1<<20 - 1, Healthy: true},
+			},
+			wantCapacity: "10241Mi", wantFree: "0", wantCount: 1, wantHealthy: 1,
 		},
 	}
 	for _, tt := range tests {
@@ -88,6 +95,9 @@ func TestSummarize(t *testing.T) {
 			}
 			if got := s.Free.String(); got != tt.wantFree {
 				t.Errorf("Free = %s, want %s", got, tt.wantFree)
+			}
+			if s.DiskCount != tt.wantCount {
+				t.Errorf("DiskCount = %d, want %d", s.DiskCount, tt.wantCount)
 			}
 			if s.HealthyDisks != tt.wantHealthy {
 				t.Errorf("HealthyDisks = %d, want %d", s.HealthyDisks, tt.wantHealthy)

@@ -27,7 +27,7 @@ const (
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=dn
 // +kubebuilder:subresource:status
-// +kubebuilder:printcolumn:name="Disks",type=string,JSONPath=`.status.disks[*].name`
+// +kubebuilder:printcolumn:name="Disks",type=integer,JSONPath=`.status.diskCount`
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyDisks`
 // +kubebuilder:printcolumn:name="Total",type=string,JSONPath=`.status.capacity`
 // +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
@@ -57,14 +57,20 @@ type DiskNodeStatus struct {
 	// +optional
 	ObservedTime metav1.Time `json:"observedTime,omitempty"`
 
-	// Capacity is the sum of the healthy disks' capacities, for display
-	// only: volumes cannot span disks, so the scheduler never uses it.
+	// Capacity is the sum of the healthy disks' capacities in whole MiB, for
+	// display only: volumes cannot span disks, so the scheduler never uses it.
 	// +optional
 	Capacity resource.Quantity `json:"capacity,omitempty"`
 
-	// Free is the sum of the healthy disks' free bytes, for display only.
+	// Free is the sum of the healthy disks' free space in whole MiB, for
+	// display only.
 	// +optional
 	Free resource.Quantity `json:"free,omitempty"`
+
+	// DiskCount is the number of disks, healthy or not.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	DiskCount int32 `json:"diskCount,omitempty"`
 
 	// HealthyDisks counts the disks that can take new volumes.
 	// +kubebuilder:validation:Minimum=0

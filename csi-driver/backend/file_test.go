@@ -1,0 +1,241 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
+	"github.com/diskfit/diskfit/csi-driver/loop"
+)
+
+const mi = int64(1) << 20
+
+func TestKeyForName(t *testing.T) {
+	tests := []struct {
+		name, want string
+		hashed     bool
+	}{
+		{name: "pvc-3f0c2a4e-8f0b-4c2e-9d59-1f2b3c4d5e6f", want: "pvc-3f0c2a4e-8f0b-4c2e-9d59-1f2b3c4d5e6f"},
+		{name: "a", want: "a"},
+		{name: "Upper", hashed: true},
+		{name: "../etc/passwd", hashed: true},
+		{name: "a/b", hashed: true},
+		{name: "with space", hashed: true},
+		{name: "dot.name", hashed: true},
+		{name: "h-lookslikeahash", hashed: true},
+		{name: strings.Repeat("a", MaxKeyLength+1), hashed: true},
+		{name: "nul\x00", hashed: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := KeyForName(tt.name)
+			if !ValidKey(got) {
+				t.Fatalf("KeyForName(%q) = %q is not a valid key", tt.name, got)
+			}
+			if tt.hashed {
+				if !strings.HasPrefix(got, hashPrefix) || got == tt.name {
+					t.Errorf("KeyForName(%q) = %q, want a hash", tt.name, got)
+				}
+			} else if got != tt.want {
+				t.Errorf("KeyForName(%q) = %q, want %q", tt.name, got, tt.want)
+			}
+			if again := KeyForName(tt.name); again != got {
+				t.Errorf("not deterministic: %q then %q", got, again)
+			}
+		})
+	}
+	if KeyForName("Upper") == KeyForName("upper") {
+		t.Error("names differing in case share a key")
+	}
+}
+
+func newFile(t *testing.T, fsType string, size, reserved int64) (*File, string) {
+	t.Helper()
+	testdisk.Require(t)
+	p := testdisk.New(t, fsType, size)
+	f := NewFile(p, reserved, Hooks{})
+	if err := f.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return f, p
+}
+
+func TestFileCreateDeleteExpand(t *testing.T) {
+	ctx := context.Background()
+	f, p := newFile(t, "xfs", 1<<30, 64*mi)
+	u0, err := f.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.SupportsSnapshots() {
+		t.Error("XFS with reflink=1 reported no reflink")
+	}
+	vol, err := f.CreateVolume(ctx, CreateRequest{Key: "v1", Name: "v1", SizeBytes: 100 * mi, PVCNamespace: "ns", PVCName: "claim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vol.State != StateReady || vol.PVCName != "claim" {
+		t.Errorf("volume %+v", vol)
+	}
+	u1, _ := f.Usage(ctx)
+	if used := u0.FreeBytes - u1.FreeBytes; used < 100*mi {
+		t.Errorf("a preallocated 100MiB volume used only %d bytes", used)
+	}
+	if u0.CapacityBytes <= 0 || u0.FreeBytes > u0.CapacityBytes {
+		t.Errorf("usage %+v", u0)
+	}
+	dev, err := f.Attach(ctx, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := f.Attach(ctx, "v1"); again != dev {
+		t.Errorf("second attach gave %s, first %s", again, dev)
+	}
+	if dio, err := loop.DirectIO(dev); err != nil || !dio {
+		t.Errorf("loop device %s direct I/O = %v, %v", dev, dio, err)
+	}
+	if _, err := f.ExpandVolume(ctx, "v1", 200*mi); err != nil {
+		t.Fatal(err)
+	}
+	if size, err := devSize(dev); err != nil || size != 200*mi {
+		t.Errorf("attached device has %d bytes after expansion (%v), want %d", size, err, 200*mi)
+	}
+	if err := f.DeleteVolume(ctx, "v1"); !errors.Is(err, ErrInUse) {
+		t.Errorf("deleting an attached volume: %v, want ErrInUse", err)
+	}
+	if err := f.Detach(ctx, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.DeleteVolume(ctx, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.DeleteVolume(ctx, "v1"); err != nil {
+		t.Errorf("deleting twice: %v", err)
+	}
+	if _, err := f.GetVolume(ctx, "v1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("deleted volume: %v", err)
+	}
+	assertEmpty(t, p)
+}
+
+func devSize(dev string) (int64, error) {
+	fh, err := os.Open(dev)
+	if err != nil {
+		return 0, err
+	}
+	defer fh.Close()
+	return fh.Seek(0, 2)
+}
+
+func assertEmpty(t *testing.T, p string) {
+	t.Helper()
+	for _, sub := range []string{volumesDirName, snapshotDirName} {
+		entries, err := os.ReadDir(filepath.Join(p, stateDirName, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			t.Errorf("left behind: %s/%s", sub, e.Name())
+		}
+	}
+}
+
+// TestFileNoSpace asks a small XFS for more than it has: fallocate really
+// fails with ENOSPC and nothing of the volume remains.
+func TestFileNoSpace(t *testing.T) {
+	ctx := context.Background()
+	f, p := newFile(t, "xfs", 320*mi, 0)
+	u, err := f.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.CreateVolume(ctx, CreateRequest{Key: "big", Name: "big", SizeBytes: u.FreeBytes + mi})
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("got %v, want ErrNoSpace", err)
+	}
+	assertEmpty(t, p)
+	after, _ := f.Usage(ctx)
+	if after.FreeBytes < u.FreeBytes-mi {
+		t.Errorf("free space went from %d to %d after a failed create", u.FreeBytes, after.FreeBytes)
+	}
+	vol, err := f.CreateVolume(ctx, CreateRequest{Key: "small", Name: "small", SizeBytes: 10 * mi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ExpandVolume(ctx, vol.Key, u.FreeBytes*2); !errors.Is(err, ErrNoSpace) {
+		t.Errorf("expanding past the disk: %v, want ErrNoSpace", err)
+	}
+	if got, _ := f.GetVolume(ctx, vol.Key); got.SizeBytes != 10*mi {
+		t.Errorf("failed expansion changed the recorded size to %d", got.SizeBytes)
+	}
+}
+
+// TestFileRecovery leaves the on-disk traces of interrupted operations and
+// checks that Start undoes each of them and keeps ready volumes.
+func TestFileRecovery(t *testing.T) {
+	ctx := context.Background()
+	f, p := newFile(t, "ext4", 256*mi, 0)
+	if f.SupportsSnapshots() {
+		t.Error("ext4 reported reflink")
+	}
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "keep", Name: "keep", SizeBytes: 4 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.CreateSnapshot(ctx, "s", "s", "keep"); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("snapshot on ext4: %v, want ErrUnsupported", err)
+	}
+	dir := filepath.Join(p, stateDirName, volumesDirName)
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("creating.json", `{"key":"creating","name":"creating","sizeBytes":4194304,"state":"creating"}`)
+	write("creating.img", "partial")
+	write("deleting.json", `{"key":"deleting","name":"deleting","sizeBytes":4194304,"state":"deleting"}`)
+	write("orphan.img", "no record")
+	write("keep.json.tmp-123", "{")
+
+	if _, err := f.GetVolume(ctx, "creating"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a volume still being created is visible: %v", err)
+	}
+	restarted := NewFile(p, 0, Hooks{})
+	if err := restarted.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vols, err := restarted.ListVolumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 1 || vols[0].Key != "keep" {
+		t.Errorf("volumes after recovery: %+v", vols)
+	}
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, ",") != "keep.img,keep.json" {
+		t.Errorf("files after recovery: %v", names)
+	}
+}
+
+func TestFileHealthAfterUnmount(t *testing.T) {
+	ctx := context.Background()
+	f, p := newFile(t, "xfs", 320*mi, 0)
+	if err := f.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testdisk.Run(t, "umount", p)
+	err := f.Health(ctx)
+	if err == nil || !strings.Contains(err.Error(), "unmounted") {
+		t.Errorf("health after unmount: %v", err)
+	}
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "x", Name: "x", SizeBytes: mi}); !errors.Is(err, ErrUnhealthy) {
+		t.Errorf("create on an unmounted disk: %v, want ErrUnhealthy", err)
+	}
+}
