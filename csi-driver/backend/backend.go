@@ -42,8 +42,6 @@ const (
 	StateCreating State = "creating"
 	// StateReady marks a complete volume or snapshot.
 	StateReady State = "ready"
-	// StateDeleting is recorded before the data is removed.
-	StateDeleting State = "deleting"
 )
 
 // Volume is a volume as its disk records it.

@@ -94,9 +94,10 @@ func (f *File) Start(ctx context.Context) error {
 	return f.recover(ctx, f.snapshots)
 }
 
-// recover removes temporary records and everything whose record says
-// "creating" or "deleting": a creation that did not finish is undone rather
-// than finished, because the caller never got an answer and will retry.
+// recover removes temporary records, data files without a record, and
+// everything whose record is not "ready": a creation that did not finish
+// is undone rather than finished, because the caller never got an answer
+// and will retry.
 func (f *File) recover(ctx context.Context, dir string) error {
 	logger := klog.FromContext(ctx)
 	entries, err := os.ReadDir(dir)
@@ -127,9 +128,10 @@ func (f *File) recover(ctx context.Context, dir string) error {
 			State State `json:"state"`
 		}
 		if err := readJSON(filepath.Join(dir, name), &rec); err != nil {
-			return err
-		}
-		if rec.State == StateReady {
+			// Only an intent record can be torn (its directory entry is not
+			// synced, see CreateVolume); a ready record never is.
+			logger.Info("Unreadable record, treating it as unfinished", "record", filepath.Join(dir, name), "err", err.Error())
+		} else if rec.State == StateReady {
 			continue
 		}
 		logger.Info("Rolling back interrupted operation", "record", filepath.Join(dir, name), "state", rec.State)
@@ -201,10 +203,17 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	meta := filepath.Join(f.volumes, req.Key+metaSuffix)
 	// A leftover from an earlier failed attempt is replaced, not reused:
 	// its data file may be half-made.
-	if err := f.removePair(ctx, f.volumes, req.Key); err != nil {
-		return nil, err
+	if _, err := os.Lstat(meta); err == nil {
+		if err := f.removePair(ctx, f.volumes, req.Key); err != nil {
+			return nil, err
+		}
 	}
-	if err := writeJSONAtomic(meta, vol); err != nil {
+	// The intent record is written (temporary file, fsync, rename) before
+	// the data file exists. Its directory entry is not synced: if a crash
+	// loses it, the data file is left without a record, and Start removes
+	// such files. The "ready" record below is fully synced before success
+	// is reported.
+	if err := writeJSONAtomic(meta, vol, false); err != nil {
 		return nil, err
 	}
 	if f.hooks.AfterIntent != nil {
@@ -220,7 +229,7 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		f.hooks.AfterAllocate(req.Key)
 	}
 	vol.State = StateReady
-	if err := writeJSONAtomic(meta, vol); err != nil {
+	if err := writeJSONAtomic(meta, vol, true); err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
@@ -278,29 +287,25 @@ func (f *File) DeleteVolume(ctx context.Context, key string) error {
 	if len(devs) > 0 {
 		return fmt.Errorf("%w: attached to %s", ErrInUse, strings.Join(devs, ", "))
 	}
-	return f.markAndRemove(ctx, f.volumes, key)
+	return f.removeRecordFirst(f.volumes, key)
 }
 
-// markAndRemove records the intent to delete, then deletes: a crash in
-// between leaves a "deleting" record that Start finishes.
-func (f *File) markAndRemove(ctx context.Context, dir, key string) error {
-	meta := filepath.Join(dir, key+metaSuffix)
-	var rec map[string]any
-	switch err := readJSON(meta, &rec); {
-	case errors.Is(err, fs.ErrNotExist):
-		return f.removePair(ctx, dir, key)
-	case err != nil:
+// removeRecordFirst deletes a volume or snapshot: the record goes first
+// (synced), then the data. A crash in between leaves a data file without a
+// record, which Start removes; it never leaves a record claiming data that
+// is gone.
+func (f *File) removeRecordFirst(dir, key string) error {
+	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
 		return err
 	}
-	rec["state"] = StateDeleting
-	if err := writeJSONAtomic(meta, rec); err != nil {
+	if err := syncDir(dir); err != nil {
 		return err
 	}
-	return f.removePair(ctx, dir, key)
+	return removeFile(filepath.Join(dir, key+dataSuffix))
 }
 
 // removePair removes a data file and then its record, so that a record
-// always exists while data does.
+// always exists while data does; used to undo a creation.
 func (f *File) removePair(_ context.Context, dir, key string) error {
 	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
 		return err
@@ -379,7 +384,7 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 		return nil, err
 	}
 	vol.SizeBytes = size
-	if err := writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol); err != nil {
+	if err := writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol, true); err != nil {
 		return nil, err
 	}
 	dev, err := loop.Find(ctx, f.volumeFile(key))
@@ -449,13 +454,13 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	if err := f.removePair(ctx, f.snapshots, key); err != nil {
 		return nil, err
 	}
-	if err := writeJSONAtomic(meta, snap); err != nil {
+	if err := writeJSONAtomic(meta, snap, false); err != nil {
 		return nil, err
 	}
 	err = makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), src.SizeBytes)
 	if err == nil {
 		snap.State = StateReady
-		err = writeJSONAtomic(meta, snap)
+		err = writeJSONAtomic(meta, snap, true)
 	}
 	if err != nil {
 		return nil, errors.Join(err, f.removePair(ctx, f.snapshots, key))
@@ -465,7 +470,7 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 
 // DeleteSnapshot implements Backend.
 func (f *File) DeleteSnapshot(ctx context.Context, key string) error {
-	return f.markAndRemove(ctx, f.snapshots, key)
+	return f.removeRecordFirst(f.snapshots, key)
 }
 
 // GetSnapshot implements Backend.
@@ -545,9 +550,10 @@ func readJSON(path string, v any) error {
 }
 
 // writeJSONAtomic replaces path with v's JSON: write a temporary file, fsync
-// it, rename it over path and fsync the directory, so readers (and a
-// restarted driver) see the old record or the new one, never a torn one.
-func writeJSONAtomic(path string, v any) error {
+// it and rename it over path, so readers (and a restarted driver) see the
+// old record or the new one, never a torn one. With durable set the
+// directory is synced too, so the new record survives a crash.
+func writeJSONAtomic(path string, v any, durable bool) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding record: %w", err)
@@ -571,6 +577,9 @@ func writeJSONAtomic(path string, v any) error {
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("renaming record: %w", err)
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(dir)
 }

@@ -196,7 +196,8 @@ func TestFileRecovery(t *testing.T) {
 	}
 	write("creating.json", `{"key":"creating","name":"creating","sizeBytes":4194304,"state":"creating"}`)
 	write("creating.img", "partial")
-	write("deleting.json", `{"key":"deleting","name":"deleting","sizeBytes":4194304,"state":"deleting"}`)
+	write("torn.json", "")
+	write("torn.img", "intent record lost its content in a crash")
 	write("orphan.img", "no record")
 	write("keep.json.tmp-123", "{")
 

@@ -47,7 +47,7 @@ type env struct {
 }
 
 // newEnv starts a driver on fresh disks. hooks may be nil.
-func newEnv(t *testing.T, disks []testDisk, hooks *backend.Hooks) *env {
+func newEnv(t testing.TB, disks []testDisk, hooks *backend.Hooks) *env {
 	t.Helper()
 	testdisk.Require(t)
 	_, ctx := ktesting.NewTestContext(t)

@@ -126,8 +126,10 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating staging path: %v", err)
 	}
-	if err := d.growExtOffline(ctx, dev); err != nil {
-		return nil, toStatus(err)
+	if fsType == "ext4" {
+		if err := d.growExtOffline(ctx, dev); err != nil {
+			return nil, toStatus(err)
+		}
 	}
 	opts := append([]string{}, mnt.GetMountFlags()...)
 	if fsType == "xfs" {
@@ -309,18 +311,33 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err := makeTarget(target, block); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating target %s: %v", target, err)
 	}
-	opts := []string{"bind"}
-	if req.GetReadonly() || cap.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY {
-		opts = append(opts, "ro")
-	}
-	if m := cap.GetMount(); m != nil {
-		opts = append(opts, m.GetMountFlags()...)
-	}
-	if err := d.mounter.Mount(source, target, "", opts); err != nil {
+	readOnly := req.GetReadonly() || cap.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	if err := bindMount(source, target, readOnly); err != nil {
 		return nil, status.Errorf(codes.Internal, "bind mounting %s at %s: %v", source, target, err)
 	}
-	klog.FromContext(ctx).V(2).Info("Published volume", "volume", req.GetVolumeId(), "target", target, "block", block, "options", opts)
+	klog.FromContext(ctx).V(2).Info("Published volume", "volume", req.GetVolumeId(), "target", target, "block", block, "readOnly", readOnly)
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// bindMount bind mounts source at target with mount(2) rather than
+// mount(8): a bind mount inherits the source mount's flags (the staging
+// mount's options, applied at NodeStageVolume), so the second "remount"
+// process mount-utils runs for it would only add latency. Read-only needs
+// the remount, done here as a second system call.
+func bindMount(source, target string, readOnly bool) error {
+	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount: %w", err)
+	}
+	if !readOnly {
+		return nil
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		if uerr := unix.Unmount(target, 0); uerr != nil {
+			return fmt.Errorf("read-only remount: %w (and unmounting again: %v)", err, uerr)
+		}
+		return fmt.Errorf("read-only remount: %w", err)
+	}
+	return nil
 }
 
 func (d *Driver) isMountPoint(path string) (bool, error) {

@@ -11,38 +11,49 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
+// sysBlock is where the kernel lists block devices and, for loop devices,
+// their backing files.
+const sysBlock = "/sys/block"
+
 // Find returns the loop device backed by file, or "" when none is.
 func Find(ctx context.Context, file string) (string, error) {
-	out, err := run(ctx, "losetup", "--associated", file, "--noheadings", "--output", "NAME")
-	if err != nil {
+	devs, err := FindAll(ctx, file)
+	if err != nil || len(devs) == 0 {
 		return "", err
 	}
-	// losetup matches by device and inode, so a volume file that was
-	// deleted and made again under the same name is not mistaken for the
-	// old one; the first line wins when an attachment was duplicated.
-	for _, line := range strings.Split(out, "\n") {
-		if dev := strings.TrimSpace(line); dev != "" {
-			return dev, nil
-		}
-	}
-	return "", nil
+	return devs[0], nil
 }
 
-// FindAll returns every loop device backed by file.
-func FindAll(ctx context.Context, file string) ([]string, error) {
-	out, err := run(ctx, "losetup", "--associated", file, "--noheadings", "--output", "NAME")
+// FindAll returns every loop device backed by file, read from sysfs rather
+// than by running losetup: it is on the path of every stage, publish and
+// delete, and a process start costs more than the whole lookup. A device
+// whose backing file was deleted (the kernel appends " (deleted)") is not
+// a match, so a volume made again under the same name is never mistaken
+// for an old attachment.
+func FindAll(_ context.Context, file string) ([]string, error) {
+	entries, err := os.ReadDir(sysBlock)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing block devices: %w", err)
 	}
 	var devs []string
-	for _, line := range strings.Split(out, "\n") {
-		if dev := strings.TrimSpace(line); dev != "" {
-			devs = append(devs, dev)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "loop") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(sysBlock, e.Name(), "loop", "backing_file"))
+		if err != nil {
+			// Not attached, or detached while we looked.
+			continue
+		}
+		if strings.TrimSuffix(string(data), "\n") == file {
+			devs = append(devs, "/dev/"+e.Name())
 		}
 	}
+	sort.Strings(devs)
 	return devs, nil
 }
 
