@@ -154,3 +154,6 @@ func wantCode(t *testing.T, err error, want codes.Code) {
 		t.Fatalf("got code %s (%v), want %s", got, err, want)
 	}
 }
+
+// execOutput runs a command for a test.
+var execOutput = testdisk.Output

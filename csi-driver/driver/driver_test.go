@@ -1,0 +1,190 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestRunServesAndPublishes runs the driver on its socket: the services
+// answer over gRPC, /metrics counts the calls, the DiskNode is published
+// at start and again after a create, and cancelling the context stops the
+// driver cleanly.
+func TestRunServesAndPublishes(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: gi}}, nil)
+	cfg := e.d.cfg
+	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	cfg.MetricsAddress = freePort(t)
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	conn, err := grpc.NewClient(cfg.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	wait := func(what string, cond func() (bool, error)) {
+		t.Helper()
+		if err := waitFor(ctx, cond); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	wait("the driver to be ready", func() (bool, error) {
+		resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true))
+		return err == nil && resp.GetReady().GetValue(), nil
+	})
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	if err != nil || info.Name != diskfit.DriverName {
+		t.Fatalf("plugin info %v, %v", info, err)
+	}
+	node, err := csi.NewNodeClient(conn).NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil || node.NodeId != testNode || node.AccessibleTopology.Segments[diskfit.TopologyKey] != testNode || node.MaxVolumesPerNode != 100 {
+		t.Fatalf("node info %v, %v", node, err)
+	}
+	wait("the DiskNode at start", func() (bool, error) {
+		dn, err := e.diskfit.DiskfitV1alpha1().DiskNodes().Get(ctx, testNode, metav1.GetOptions{})
+		return err == nil && len(dn.Status.Disks) == 1, nil
+	})
+	if _, err := csi.NewControllerClient(conn).CreateVolume(ctx, createReq("pvc-run", 400*mi)); err != nil {
+		t.Fatal(err)
+	}
+	wait("the DiskNode to count the new volume", func() (bool, error) {
+		dn, err := e.diskfit.DiskfitV1alpha1().DiskNodes().Get(ctx, testNode, metav1.GetOptions{})
+		return err == nil && dn.Status.Disk("only").VolumeCount == 1, nil
+	})
+	resp, err := http.Get("http://" + cfg.MetricsAddress + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `method_name="/csi.v1.Controller/CreateVolume"`) {
+		t.Errorf("/metrics does not count CreateVolume:\n%s", body)
+	}
+}
+
+// waitFor polls cond until it holds or ctx ends; no test asserts on how
+// long that takes.
+func waitFor(ctx context.Context, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) { return cond() })
+}
+
+// TestConcurrentCreateSameName races creations of one name: the per-volume
+// lock makes them one volume.
+func TestConcurrentCreateSameName(t *testing.T) {
+	e := newEnv(t, twoDisks(), nil)
+	var wg sync.WaitGroup
+	ids := make([]string, 8)
+	errs := make([]error, 8)
+	for i := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := e.d.CreateVolume(e.ctx, createReq("pvc-race", 300*mi))
+			if err == nil {
+				ids[i] = resp.Volume.VolumeId
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i := range ids {
+		if errs[i] != nil || ids[i] != ids[0] {
+			t.Errorf("call %d: %q, %v (first %q)", i, ids[i], errs[i], ids[0])
+		}
+	}
+	list, err := e.d.ListVolumes(e.ctx, &csi.ListVolumesRequest{})
+	if err != nil || len(list.Entries) != 1 {
+		t.Errorf("volumes %v, %v", list, err)
+	}
+	if files := e.volumeFiles(t); len(files) != 2 {
+		t.Errorf("files %v", files)
+	}
+}
+
+// TestAttachmentsSurviveRestartAndReboot stages a volume, starts a new
+// driver (a restart) that must find the loop device again by its backing
+// file, then detaches and unmounts everything behind the driver's back (a
+// reboot) and stages again, which must re-create the attachment.
+func TestAttachmentsSurviveRestartAndReboot(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	cap := mountCap()
+	vol := e.mustCreate(t, createReq("pvc-restart", 400*mi))
+	staging := e.stage(t, vol.VolumeId, cap)
+	dev, err := e.d.disk("xfs").backend.Device(e.ctx, "pvc-restart")
+	if err != nil || dev == "" {
+		t.Fatalf("device %q, %v", dev, err)
+	}
+
+	restarted := newDriverOn(t, e)
+	e.d = restarted
+	if again, _ := restarted.disk("xfs").backend.Device(e.ctx, "pvc-restart"); again != dev {
+		t.Errorf("after a restart the volume is on %q, was %q", again, dev)
+	}
+	target, err := e.publish(t, vol.VolumeId, staging, "after-restart", cap, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The reboot: mounts and loop devices are gone, the files stay.
+	for _, args := range [][]string{{"umount", target}, {"umount", staging}, {"losetup", "--detach", dev}} {
+		if _, err := runCmd(args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d, _ := restarted.disk("xfs").backend.Device(e.ctx, "pvc-restart"); d != "" {
+		t.Fatalf("still attached to %s after detaching", d)
+	}
+	staging = e.stage(t, vol.VolumeId, cap)
+	target, err = e.publish(t, vol.VolumeId, staging, "after-reboot", cap, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.teardown(t, vol.VolumeId, staging, target)
+}
+
+func runCmd(args ...string) (string, error) {
+	out, err := execOutput(args[0], args[1:]...)
+	if err != nil {
+		return out, fmt.Errorf("%v: %w", args, err)
+	}
+	return out, nil
+}
