@@ -97,8 +97,8 @@ func volumeSize(cr *csi.CapacityRange, minSize int64) (int64, error) {
 		return 0, status.Errorf(codes.InvalidArgument, "capacity range has negative bytes (required %d, limit %d)", req, lim)
 	case lim > 0 && lim < req:
 		return 0, status.Errorf(codes.InvalidArgument, "capacity limit %d is smaller than the required %d bytes", lim, req)
-	case req > maxVolumeSize || lim > maxVolumeSize && req == 0:
-		return 0, status.Errorf(codes.OutOfRange, "%d bytes requested, volumes are at most %d bytes", max(req, lim), int64(maxVolumeSize))
+	case req > maxVolumeSize:
+		return 0, status.Errorf(codes.OutOfRange, "%d bytes requested, volumes are at most %d bytes", req, int64(maxVolumeSize))
 	}
 	size := req
 	if size == 0 {

@@ -478,6 +478,12 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if err != nil {
 		return nil, err
 	}
+	// The filesystem is grown through this path, so it must be one of
+	// the kubelet's.
+	volumePath, err := d.checkPath("volume path", req.GetVolumePath())
+	if err != nil {
+		return nil, err
+	}
 	defer d.locks.lock("volume/" + vol.Key)()
 	dev, err := dk.backend.Device(ctx, vol.Key)
 	if err != nil {
@@ -489,8 +495,8 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if req.GetVolumeCapability().GetBlock() != nil {
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
 	}
-	if st, err := os.Stat(req.GetVolumePath()); err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+	if st, err := os.Stat(volumePath); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", volumePath, err)
 	} else if !st.IsDir() {
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
 	}
@@ -498,7 +504,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "reading filesystem type of %s: %v", dev, err)
 	}
-	if _, err := mount.NewResizeFs(d.exec).Resize(dev, req.GetVolumePath()); err != nil {
+	if _, err := mount.NewResizeFs(d.exec).Resize(dev, volumePath); err != nil {
 		if format == "ext4" || format == "ext3" {
 			return nil, status.Errorf(codes.FailedPrecondition,
 				"the kernel refused to grow ext4 on %s online (%v); the filesystem will be grown offline the next time the volume is staged, e.g. when its pod restarts", dev, err)

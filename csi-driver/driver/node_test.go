@@ -205,11 +205,13 @@ func TestNodeSingleWriterAndPaths(t *testing.T) {
 			wantCode(t, err, tt.want)
 		})
 	}
+	_, err := e.d.NodeExpandVolume(e.ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: outside, VolumeCapability: cap})
+	wantCode(t, err, codes.InvalidArgument)
 	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 		t.Errorf("a path outside the kubelet dir was touched: %v", entries)
 	}
 
-	_, err := e.publish(t, vol.VolumeId, filepath.Join(e.kubelet, "s"), "unstaged", cap, false)
+	_, err = e.publish(t, vol.VolumeId, filepath.Join(e.kubelet, "s"), "unstaged", cap, false)
 	wantCode(t, err, codes.FailedPrecondition)
 	staging := e.stage(t, vol.VolumeId, cap)
 	first, err := e.publish(t, vol.VolumeId, staging, "first", cap, false)
