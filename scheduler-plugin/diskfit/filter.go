@@ -22,7 +22,7 @@ import (
 // in the unschedulable queue until an event (events.go) says space may have
 // appeared.
 func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	s, err := getState(cs)
+	s, err := pl.getState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

@@ -131,6 +131,16 @@ type testEnv struct {
 func newTestEnv(t *testing.T, args *config.DiskFitArgs, objs []runtime.Object, diskNodes ...*v1alpha1.DiskNode) *testEnv {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
+	return buildEnv(t, ctx, nil, args, objs, diskNodes...)
+}
+
+// buildEnv builds a test environment with the given logging context and
+// features (nil: the process's feature gates, as in the scheduler).
+func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *config.DiskFitArgs, objs []runtime.Object, diskNodes ...*v1alpha1.DiskNode) *testEnv {
+	t.Helper()
+	if fts == nil {
+		fts = &feature.Features{}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	client := fake.NewClientset(append(storageClasses(), objs...)...)
@@ -151,7 +161,7 @@ func newTestEnv(t *testing.T, args *config.DiskFitArgs, objs []runtime.Object, d
 		obj = args
 	}
 	pl, err := NewWithOptions(ctx, obj, fh, Options{
-		Features:       &feature.Features{},
+		Features:       fts,
 		DiskNodeClient: dfClient,
 		Now:            func() time.Time { return testNow },
 	})

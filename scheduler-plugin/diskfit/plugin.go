@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -51,12 +52,17 @@ const DiskNodeResource fwk.EventResource = "disknodes.v1alpha1." + diskfit.Group
 type DiskFit struct {
 	vb        *volumebinding.VolumeBinding
 	ledger    *ledger.Ledger
-	pvcLister corelisters.PersistentVolumeClaimLister
-	scLister  storagelisters.StorageClassLister
+	pvcLister  corelisters.PersistentVolumeClaimLister
+	pvcIndexer cache.Indexer
+	scLister   storagelisters.StorageClassLister
 	opts      packing.Options
 	weigh     packing.Weigher
 	maxAge    time.Duration
 	now       func() time.Time
+	// noClaims is the shared, never modified state of pods without
+	// diskfit claims.
+	noClaims *stateData
+	last     atomic.Pointer[lastCycle]
 	// handlersSynced report whether the ledger's event handlers have seen
 	// their informers' initial lists.
 	handlersSynced []cache.InformerSynced
@@ -132,7 +138,9 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	pl := &DiskFit{
 		vb:        vb,
 		ledger:    ledger.New(),
-		pvcLister: h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Lister(),
+		pvcLister:  h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Lister(),
+		pvcIndexer: h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Informer().GetIndexer(),
+		noClaims:   &stateData{},
 		scLister:  h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
 		opts:      packing.Options{Strategy: strategy(args.ScoringStrategy.Type), MaxExactClaims: int(args.MaxExactClaims)},
 		maxAge:    args.MaxDiskNodeAge.Duration,

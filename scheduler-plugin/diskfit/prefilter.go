@@ -19,21 +19,36 @@ import (
 
 const stateKey fwk.StateKey = Name
 
-// stateData is what PreFilter learns about the pod's diskfit claims. It is
-// written once per cycle and only read afterwards, so Clone can share it.
+// stateData is what PreFilter learns about the pod's diskfit claims.
 type stateData struct {
 	// claims are the unbound diskfit claims still needing a disk, largest
 	// first (packing.SortClaims).
 	claims []packing.Claim
-	// vbScores records whether the embedded VolumeBinding wants Score.
+	// vbScores records whether the embedded VolumeBinding wants Score; only
+	// PreScore of a pod with claims writes it, before any Score reads it.
 	vbScores bool
 }
 
-// Clone shares the state: it is read-only after PreFilter except for
-// vbScores, which PreScore writes before any Score reads it.
+// Clone shares the state: claims never change after PreFilter.
 func (s *stateData) Clone() fwk.StateData { return s }
 
-func getState(cs fwk.CycleState) (*stateData, error) {
+// lastCycle remembers the state of the most recent PreFilter, so that the
+// per-node calls of the same cycle find it without a CycleState lookup,
+// which costs as much as the rest of DiskFit's work for a pod without
+// diskfit claims. Cloned states (preemption) miss and fall back to Read.
+type lastCycle struct {
+	cs fwk.CycleState
+	s  *stateData
+}
+
+func (pl *DiskFit) getState(cs fwk.CycleState) (*stateData, error) {
+	if last := pl.last.Load(); last != nil && last.cs == cs {
+		return last.s, nil
+	}
+	return readState(cs)
+}
+
+func readState(cs fwk.CycleState) (*stateData, error) {
 	v, err := cs.Read(stateKey)
 	if err != nil {
 		return nil, err
@@ -49,25 +64,49 @@ func getState(cs fwk.CycleState) (*stateData, error) {
 // unbound diskfit claims (plain and StatefulSet PVCs, generic ephemeral
 // volumes) with their sizes and device classes, once per cycle.
 func (pl *DiskFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	// Forget the previous cycle first: a CycleState must never be matched
+	// with another cycle's claims.
+	pl.last.Store(nil)
 	res, status := pl.vb.PreFilter(ctx, cs, pod, nodes)
 	if !status.IsSuccess() {
-		// Skip (no PVCs at all) or a rejection VolumeBinding explains.
+		// Skip (no PVCs) or a rejection VolumeBinding explains.
 		return res, status
 	}
 	claims, err := pl.podClaims(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	cs.Write(stateKey, &stateData{claims: claims})
+	s := pl.noClaims
 	if len(claims) > 0 {
+		s = &stateData{claims: claims}
 		klog.FromContext(ctx).V(4).Info("DiskFit claims", "pod", klog.KObj(pod), "count", len(claims))
 	}
+	cs.Write(stateKey, s)
+	pl.last.Store(&lastCycle{cs: cs, s: s})
 	return res, nil
 }
 
 // PreFilterExtensions returns nil: adding or removing pods does not change
 // disk space.
 func (pl *DiskFit) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// getPVC reads a PVC from the informer cache. It uses the indexer directly:
+// the lister's namespace view costs an allocation per call, and PreFilter
+// runs for every pod with volumes.
+func (pl *DiskFit) getPVC(namespace, name string) (*v1.PersistentVolumeClaim, error) {
+	obj, exists, err := pl.pvcIndexer.GetByKey(namespace + "/" + name)
+	if err != nil {
+		return nil, err
+	}
+	if !exists {
+		return nil, apierrors.NewNotFound(v1.Resource("persistentvolumeclaims"), name)
+	}
+	pvc, ok := obj.(*v1.PersistentVolumeClaim)
+	if !ok {
+		return nil, fmt.Errorf("unexpected object %T in the PVC cache", obj)
+	}
+	return pvc, nil
+}
 
 // claimName returns the name of the PVC a volume uses: its claim, or for a
 // generic ephemeral volume the PVC created for it (<pod>-<volume>).
@@ -97,7 +136,7 @@ func (pl *DiskFit) podClaims(pod *v1.Pod) ([]packing.Claim, error) {
 		if !ok {
 			continue
 		}
-		pvc, err := pl.pvcLister.PersistentVolumeClaims(pod.Namespace).Get(name)
+		pvc, err := pl.getPVC(pod.Namespace, name)
 		if err != nil {
 			// VolumeBinding's PreFilter has already rejected missing PVCs;
 			// one deleted since then ends this cycle the same way.
@@ -156,7 +195,7 @@ func (pl *DiskFit) hasDiskFitClaims(pod *v1.Pod) bool {
 		if !ok {
 			continue
 		}
-		pvc, err := pl.pvcLister.PersistentVolumeClaims(pod.Namespace).Get(name)
+		pvc, err := pl.getPVC(pod.Namespace, name)
 		if err != nil {
 			// Unknown yet: assume it may become ours.
 			return true

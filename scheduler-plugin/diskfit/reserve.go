@@ -18,7 +18,7 @@ import (
 // parallel cycles and the binding cycle can never double-book a disk.
 func (pl *DiskFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	logger := klog.FromContext(ctx)
-	if s, err := getState(cs); err == nil && len(s.claims) > 0 {
+	if s, err := pl.getState(cs); err == nil && len(s.claims) > 0 {
 		disks, err := pl.ledger.Reserve(pod.UID, nodeName, s.claims, pl.opts)
 		var noFit *ledger.ErrDoesNotFit
 		if errors.As(err, &noFit) {

@@ -12,12 +12,12 @@ import (
 // PreScore decides whether Score runs: for pods with diskfit claims, or
 // when the embedded VolumeBinding wants to score.
 func (pl *DiskFit) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	s, err := getState(cs)
-	if err != nil {
-		// PreFilter skipped (no PVCs): VolumeBinding decides alone.
-		return pl.vb.PreScore(ctx, cs, pod, nodes)
-	}
 	vbStatus := pl.vb.PreScore(ctx, cs, pod, nodes)
+	s, err := pl.getState(cs)
+	if err != nil || len(s.claims) == 0 {
+		// No diskfit claims: VolumeBinding decides alone.
+		return vbStatus
+	}
 	switch {
 	case vbStatus.IsSuccess():
 		s.vbScores = true
@@ -26,9 +26,6 @@ func (pl *DiskFit) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	default:
 		return vbStatus
 	}
-	if !s.vbScores && len(s.claims) == 0 {
-		return fwk.NewStatus(fwk.Skip)
-	}
 	return nil
 }
 
@@ -36,23 +33,16 @@ func (pl *DiskFit) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 // placed as Reserve would place them; with VolumeBinding also scoring, the
 // two scores are averaged.
 func (pl *DiskFit) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	s, err := getState(cs)
-	if err != nil {
+	s, err := pl.getState(cs)
+	if err != nil || len(s.claims) == 0 {
 		return pl.vb.Score(ctx, cs, pod, nodeInfo)
-	}
-	var vbScore int64
-	if s.vbScores {
-		var status *fwk.Status
-		vbScore, status = pl.vb.Score(ctx, cs, pod, nodeInfo)
-		if !status.IsSuccess() {
-			return 0, status
-		}
-		if len(s.claims) == 0 {
-			return vbScore, nil
-		}
 	}
 	score := pl.scoreDisks(s.claims, nodeInfo.Node().Name)
 	if s.vbScores {
+		vbScore, status := pl.vb.Score(ctx, cs, pod, nodeInfo)
+		if !status.IsSuccess() {
+			return 0, status
+		}
 		score = (score + vbScore) / 2
 	}
 	return score, nil
