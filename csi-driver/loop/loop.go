@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 // sysBlock is where the kernel lists block devices and, for loop devices,
@@ -86,7 +87,35 @@ func Detach(ctx context.Context, file string) error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return waitDetached(ctx, file)
+}
+
+// detachTimeout bounds the wait for a deferred detach.
+const detachTimeout = 10 * time.Second
+
+// waitDetached waits until no loop device is backed by file. The kernel
+// only marks a device that someone still holds open (udev probing it, for
+// one) for detaching on last close, and losetup returns at once; callers
+// such as DeleteVolume need the detach to have happened.
+func waitDetached(ctx context.Context, file string) error {
+	deadline := time.Now().Add(detachTimeout)
+	for {
+		devs, err := FindAll(ctx, file)
+		if err != nil || len(devs) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is still attached to %s after detaching: is it in use?", file, strings.Join(devs, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Refresh makes dev pick up its backing file's new size.

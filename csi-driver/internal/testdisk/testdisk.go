@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/mount-utils"
 )
@@ -108,10 +109,16 @@ func Teardown(t testing.TB, root string) {
 			t.Errorf("detaching %s: %v", dev, err)
 		}
 	}
+	// The kernel finishes a detach when the last opener (often udev) lets
+	// go, so wait for it before unmounting the filesystem holding the files.
+	for i := 0; i < 500 && len(LoopsBelow(root)) > 0; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, p := range MountsBelow(root) {
 		if p == root {
 			if _, err := Output("umount", p); err != nil {
-				t.Errorf("unmounting %s: %v", p, err)
+				t.Errorf("unmounting %s: %v; detaching it lazily", p, err)
+				_, _ = Output("umount", "--lazy", p)
 			}
 		}
 	}
