@@ -11,13 +11,10 @@ import (
 const (
 	// defaultVolumeSize is used when a request names no size.
 	defaultVolumeSize = 1 << 30
-	// sizeAlignment keeps sizes whole pages, which loop devices and
-	// filesystems want.
-	sizeAlignment = 4096
-	// minXFSSize is the smallest filesystem mkfs.xfs (xfsprogs 6) accepts.
-	minXFSSize = 300 << 20
-	// minVolumeSize is the smallest volume otherwise.
-	minVolumeSize = 1 << 20
+	// sizeAlignment and the minimum sizes come from the contract shared
+	// with the scheduler, which books exactly what the driver allocates.
+	sizeAlignment = diskfit.VolumeAlignmentBytes
+	minVolumeSize = diskfit.MinBlockVolumeBytes
 	// maxVolumeSize rejects absurd sizes (1 PiB) before any disk is asked.
 	maxVolumeSize = 1 << 50
 	// defaultFSType is the filesystem of Filesystem volumes without one.
@@ -119,12 +116,13 @@ func sizeFits(size int64, cr *csi.CapacityRange) bool {
 	return size >= cr.GetRequiredBytes() && (cr.GetLimitBytes() == 0 || size <= cr.GetLimitBytes())
 }
 
-// minSizeFor is the smallest volume that can hold fsType.
+// minSizeFor is the smallest volume of a kind: fsType is empty for Block
+// volumes. Every filesystem gets the same floor (see diskfit.VolumeBytes).
 func minSizeFor(fsType string) int64 {
-	if fsType == "xfs" {
-		return minXFSSize
+	if fsType == "" {
+		return diskfit.MinBlockVolumeBytes
 	}
-	return minVolumeSize
+	return diskfit.MinFilesystemVolumeBytes
 }
 
 func controllerCap(t csi.ControllerServiceCapability_RPC_Type) *csi.ControllerServiceCapability {

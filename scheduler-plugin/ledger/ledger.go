@@ -386,10 +386,12 @@ func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
 	return Location{Node: node, Disk: disk}, true
 }
 
-// ClaimSize is the number of bytes a PVC requests.
+// ClaimSize is the number of bytes a PVC's volume will take on its disk:
+// the request as the driver rounds it (diskfit.VolumeBytes).
 func ClaimSize(pvc *v1.PersistentVolumeClaim) int64 {
 	q := pvc.Spec.Resources.Requests[v1.ResourceStorage]
-	return q.Value()
+	block := pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == v1.PersistentVolumeBlock
+	return diskfit.VolumeBytes(q.Value(), block)
 }
 
 // SetPVC records a PVC: an unbound one annotated with a node and a disk

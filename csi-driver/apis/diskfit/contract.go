@@ -48,3 +48,29 @@ const (
 	// FSTypeKey is the StorageClass parameter for the filesystem type.
 	FSTypeKey = "csi.storage.k8s.io/fstype"
 )
+
+// Volume sizes. The driver allocates exactly VolumeBytes for a request and
+// the scheduler books exactly VolumeBytes for a claim, so the two never
+// disagree about how much of a disk a volume takes.
+const (
+	// VolumeAlignmentBytes is the granularity of volume sizes.
+	VolumeAlignmentBytes = 1 << 20
+	// MinFilesystemVolumeBytes is the smallest Filesystem volume: mkfs.xfs
+	// refuses smaller filesystems, and one floor for every filesystem keeps
+	// the scheduler's arithmetic independent of the filesystem type.
+	MinFilesystemVolumeBytes = 300 << 20
+	// MinBlockVolumeBytes is the smallest Block volume.
+	MinBlockVolumeBytes = VolumeAlignmentBytes
+)
+
+// VolumeBytes is the space a volume takes on its disk when requested bytes
+// are asked for: rounded up to VolumeAlignmentBytes and at least the minimum
+// for its volume mode.
+func VolumeBytes(requested int64, block bool) int64 {
+	floor := int64(MinFilesystemVolumeBytes)
+	if block {
+		floor = MinBlockVolumeBytes
+	}
+	aligned := (requested + VolumeAlignmentBytes - 1) / VolumeAlignmentBytes * VolumeAlignmentBytes
+	return max(aligned, floor)
+}

@@ -1,0 +1,164 @@
+// Package cluster runs a whole diskfit cluster on one machine without Docker:
+// embedded etcd, a real kube-apiserver and the controllers that PVC binding,
+// StatefulSets and garbage collection need (in this process), the real
+// diskfit scheduler, and per node the real diskfit-csi driver and
+// external-provisioner (child processes) on loop-mounted disk images.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+)
+
+// NodeSpec describes one simulated node.
+type NodeSpec struct {
+	Name  string
+	Disks []DiskSpec
+}
+
+// Options configure a cluster.
+type Options struct {
+	// RepoRoot is the repository checkout (manifests are read from it).
+	RepoRoot string
+	// BinDir holds diskfit-csi, diskfit-scheduler and csi-provisioner.
+	BinDir string
+	// Nodes are the simulated nodes.
+	Nodes []NodeSpec
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	// Config is an admin client configuration for the API server.
+	Config *rest.Config
+	// Client is an admin clientset.
+	Client kubernetes.Interface
+	// Kubeconfig is the path of an admin kubeconfig file.
+	Kubeconfig string
+	// Dir holds everything of this run: disks, sockets, logs, configs.
+	Dir string
+	// Nodes are the running nodes, by name.
+	Nodes map[string]*Node
+
+	opts      Options
+	cp        *controlPlane
+	scheduler *process
+}
+
+// Start brings a cluster up. On error everything started so far is stopped.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	logger := klog.FromContext(ctx)
+	if err := SweepLeftovers(); err != nil {
+		logger.Error(err, "Sweeping leftovers of earlier runs")
+	}
+	c = &Cluster{
+		opts:  opts,
+		Dir:   filepath.Join(BaseDir, strconv.Itoa(os.Getpid())),
+		Nodes: map[string]*Node{},
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
+		return c, err
+	}
+
+	start := time.Now()
+	if c.cp, err = startControlPlane(ctx, c.Dir); err != nil {
+		return c, err
+	}
+	c.Config, c.Client = c.cp.config, c.cp.client
+	logger.Info("Control plane ready", "elapsed", time.Since(start).Round(time.Millisecond))
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	if err := writeKubeconfig(c.Config, c.Kubeconfig); err != nil {
+		return c, err
+	}
+	if err := installCRDs(ctx, c.Config, filepath.Join(opts.RepoRoot, "manifests", "base", "crd")); err != nil {
+		return c, err
+	}
+	if err := c.createCSIDriver(ctx); err != nil {
+		return c, err
+	}
+	if err := c.startScheduler(); err != nil {
+		return c, err
+	}
+	for _, spec := range opts.Nodes {
+		n, err := c.startNode(ctx, spec)
+		if n != nil {
+			c.Nodes[spec.Name] = n
+		}
+		if err != nil {
+			return c, fmt.Errorf("node %s: %w", spec.Name, err)
+		}
+	}
+	logger.Info("Cluster ready", "nodes", len(c.Nodes), "elapsed", time.Since(start).Round(time.Millisecond), "kubeconfig", c.Kubeconfig)
+	return c, nil
+}
+
+// createCSIDriver registers the driver the way the deployment manifests do.
+func (c *Cluster) createCSIDriver(ctx context.Context) error {
+	driver := &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: diskfit.DriverName},
+		Spec: storagev1.CSIDriverSpec{
+			AttachRequired:  ptr.To(false),
+			PodInfoOnMount:  ptr.To(true),
+			StorageCapacity: ptr.To(true),
+			VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{
+				storagev1.VolumeLifecyclePersistent,
+			},
+		},
+	}
+	_, err := c.Client.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// Stop ends every component and removes every mount, loop device and file
+// of this run.
+func (c *Cluster) Stop() {
+	for _, n := range c.Nodes {
+		n.stop()
+	}
+	if c.scheduler != nil {
+		c.scheduler.stop(10 * time.Second)
+	}
+	if c.cp != nil {
+		c.cp.stop()
+	}
+	if err := cleanHostState(c.Dir); err != nil {
+		klog.Background().Error(err, "Cleaning up", "dir", c.Dir)
+	}
+}
+
+// Logs returns the path of a component's log file.
+func (c *Cluster) Logs(component string) string {
+	return filepath.Join(c.Dir, "logs", component+".log")
+}
+
+var errBinaryMissing = errors.New("binary missing; run 'make build tools'")
+
+func (c *Cluster) binary(name string) (string, error) {
+	path := filepath.Join(c.opts.BinDir, name)
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s: %w", path, errBinaryMissing)
+	}
+	return path, nil
+}

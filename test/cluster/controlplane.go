@@ -1,0 +1,205 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/controller-manager/pkg/informerfactory"
+	"k8s.io/klog/v2"
+	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+	"k8s.io/kubernetes/pkg/controller/statefulset"
+	"k8s.io/kubernetes/pkg/controller/volume/persistentvolume"
+	"sigs.k8s.io/yaml"
+)
+
+// controlPlane is etcd, a real kube-apiserver and the controllers that PVC
+// binding, StatefulSets and owner references need, all in this process.
+type controlPlane struct {
+	etcd     *etcd
+	tb       *processTB
+	teardown func()
+	config   *rest.Config
+	client   kubernetes.Interface
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err error) {
+	cp = &controlPlane{tb: newProcessTB("apiserver"), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			cp.stop()
+		}
+	}()
+	if cp.etcd, err = startEtcd(filepath.Join(dir, "etcd")); err != nil {
+		return cp, err
+	}
+	storage := storagebackend.NewDefaultConfig("/registry", nil)
+	storage.Transport.ServerList = []string{cp.etcd.ClientURL}
+	flags := []string{
+		// No endpoint reconciler: 127.0.0.1 is not a valid Service endpoint.
+		"--endpoint-reconciler-type=none",
+		// No controller creates default service accounts here, and new nodes
+		// would wait for a not-ready taint that no node lifecycle controller removes.
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+	}
+	server, err := startAPIServer(cp.tb, flags, storage)
+	if err != nil {
+		return cp, err
+	}
+	cp.teardown = server.TearDownFn
+	cp.config = rest.CopyConfig(server.ClientConfig)
+	cp.config.QPS, cp.config.Burst = 500, 1000
+	if cp.client, err = kubernetes.NewForConfig(cp.config); err != nil {
+		return cp, err
+	}
+	ctx, cp.cancel = context.WithCancel(ctx)
+	if err := cp.startControllers(ctx); err != nil {
+		return cp, err
+	}
+	return cp, nil
+}
+
+// startAPIServer turns the test helper's panics (processTB.Fatalf) into errors.
+func startAPIServer(tb *processTB, flags []string, storage *storagebackend.Config) (server kubeapiservertesting.TestServer, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("starting kube-apiserver: %v", r)
+		}
+	}()
+	server, err = kubeapiservertesting.StartTestServer(tb, nil, flags, storage)
+	if err != nil {
+		return server, fmt.Errorf("starting kube-apiserver: %w", err)
+	}
+	return server, nil
+}
+
+func (cp *controlPlane) startControllers(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	client := cp.client
+	factory := informers.NewSharedInformerFactory(client, 0)
+
+	pv, err := persistentvolume.NewController(klog.NewContext(ctx, logger.WithName("pv-controller")), persistentvolume.ControllerParameters{
+		KubeClient:                client,
+		SyncPeriod:                5 * time.Second,
+		VolumeInformer:            factory.Core().V1().PersistentVolumes(),
+		ClaimInformer:             factory.Core().V1().PersistentVolumeClaims(),
+		ClassInformer:             factory.Storage().V1().StorageClasses(),
+		PodInformer:               factory.Core().V1().Pods(),
+		NodeInformer:              factory.Core().V1().Nodes(),
+		EnableDynamicProvisioning: true,
+	})
+	if err != nil {
+		return fmt.Errorf("persistent volume controller: %w", err)
+	}
+	sts := statefulset.NewStatefulSetController(klog.NewContext(ctx, logger.WithName("statefulset-controller")),
+		factory.Core().V1().Pods(), factory.Apps().V1().StatefulSets(),
+		factory.Core().V1().PersistentVolumeClaims(), factory.Apps().V1().ControllerRevisions(), client)
+
+	metadataClient, err := metadata.NewForConfig(cp.config)
+	if err != nil {
+		return err
+	}
+	metadataInformers := metadatainformer.NewSharedInformerFactory(metadataClient, 0)
+	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(client.Discovery()))
+	restMapper.Reset()
+	started := make(chan struct{})
+	gc, err := garbagecollector.NewGarbageCollector(klog.NewContext(ctx, logger.WithName("garbage-collector")),
+		client, metadataClient, restMapper, garbagecollector.DefaultIgnoredResources(),
+		informerfactory.NewInformerFactory(factory, metadataInformers), started)
+	if err != nil {
+		return fmt.Errorf("garbage collector: %w", err)
+	}
+
+	factory.Start(ctx.Done())
+	metadataInformers.Start(ctx.Done())
+	close(started)
+	go func() {
+		defer close(cp.done)
+		go pv.Run(ctx)
+		go sts.Run(ctx, 5)
+		const resync = 5 * time.Second
+		go wait.Until(restMapper.Reset, resync, ctx.Done())
+		go gc.Run(ctx, 5, resync)
+		go gc.Sync(ctx, client.Discovery(), resync)
+		<-ctx.Done()
+	}()
+	return nil
+}
+
+// installCRDs creates every CRD found in dir and waits until each is served.
+func installCRDs(ctx context.Context, config *rest.Config, dir string) error {
+	client, err := apiextensionsclient.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return fmt.Errorf("no CRDs in %s", dir)
+	}
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+			return fmt.Errorf("parsing %s: %w", file, err)
+		}
+		if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, c := range got.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("waiting for CRD %s: %w", crd.Name, err)
+		}
+	}
+	return nil
+}
+
+func (cp *controlPlane) stop() {
+	if cp.cancel != nil {
+		cp.cancel()
+		<-cp.done
+	}
+	if cp.teardown != nil {
+		cp.teardown()
+	}
+	cp.tb.close()
+	if cp.etcd != nil {
+		cp.etcd.stop()
+	}
+}

@@ -1,0 +1,240 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+)
+
+// Node is one simulated node: its disks and its driver and provisioner processes.
+type Node struct {
+	Name string
+	// Dir holds the node's disks, sockets and config.
+	Dir string
+	// Disks are the node's mounted disks, by name.
+	Disks map[string]*disk
+	// Socket is the driver's CSI endpoint.
+	Socket string
+	// KubeletDir is the node's kubelet root directory.
+	KubeletDir string
+
+	cluster     *Cluster
+	driver      *process
+	provisioner *process
+}
+
+// DiskPath returns where the named disk is mounted on the host.
+func (n *Node) DiskPath(name string) string { return n.Disks[name].Path }
+
+func (c *Cluster) startNode(ctx context.Context, spec NodeSpec) (n *Node, err error) {
+	n = &Node{
+		Name:    spec.Name,
+		Dir:     filepath.Join(c.Dir, "nodes", spec.Name),
+		Disks:   map[string]*disk{},
+		cluster: c,
+	}
+	n.Socket = filepath.Join(n.Dir, "csi.sock")
+	n.KubeletDir = filepath.Join(n.Dir, "kubelet")
+	if err := os.MkdirAll(n.KubeletDir, 0o750); err != nil {
+		return n, err
+	}
+	for _, ds := range spec.Disks {
+		d, err := makeDisk(ds, filepath.Join(n.Dir, "disks", ds.Name))
+		if d != nil && d.loop != "" {
+			n.Disks[ds.Name] = d
+		}
+		if err != nil {
+			return n, fmt.Errorf("disk %s: %w", ds.Name, err)
+		}
+	}
+	if err := c.registerNode(ctx, n.Name); err != nil {
+		return n, err
+	}
+	if err := n.startDriver(); err != nil {
+		return n, err
+	}
+	if err := n.waitForDiskNode(ctx); err != nil {
+		return n, err
+	}
+	if err := c.registerCSINode(ctx, n.Name); err != nil {
+		return n, err
+	}
+	if err := n.startProvisioner(); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// writeConfig writes the driver's node config listing the node's disks.
+func (n *Node) writeConfig() (string, error) {
+	type diskConfig struct {
+		Name        string `json:"name"`
+		Backend     string `json:"backend"`
+		DeviceClass string `json:"deviceClass,omitempty"`
+		Path        string `json:"path"`
+	}
+	var cfg struct {
+		Disks []diskConfig `json:"disks"`
+	}
+	for _, d := range n.Disks {
+		cfg.Disks = append(cfg.Disks, diskConfig{Name: d.Name, Backend: "file", DeviceClass: d.DeviceClass, Path: d.Path})
+	}
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(n.Dir, "node.yaml")
+	return path, os.WriteFile(path, raw, 0o644)
+}
+
+func (n *Node) startDriver() error {
+	bin, err := n.cluster.binary("diskfit-csi")
+	if err != nil {
+		return err
+	}
+	cfg, err := n.writeConfig()
+	if err != nil {
+		return err
+	}
+	n.driver, err = startProcess("diskfit-csi-"+n.Name, filepath.Join(n.cluster.Dir, "logs"), bin, []string{
+		"--endpoint=unix://" + n.Socket,
+		"--node-id=" + n.Name,
+		"--config=" + cfg,
+		"--kubeconfig=" + n.cluster.Kubeconfig,
+		"--kubelet-dir=" + n.KubeletDir,
+		"--disknode-resync=5s",
+		"-v=4",
+	}, nil)
+	return err
+}
+
+// RestartDriver kills the node's driver as a crash would and starts it again.
+func (n *Node) RestartDriver() error {
+	n.driver.kill()
+	return n.startDriver()
+}
+
+func (n *Node) startProvisioner() error {
+	bin, err := n.cluster.binary("csi-provisioner")
+	if err != nil {
+		return err
+	}
+	n.provisioner, err = startProcess("csi-provisioner-"+n.Name, filepath.Join(n.cluster.Dir, "logs"), bin, []string{
+		"--csi-address=" + n.Socket,
+		"--kubeconfig=" + n.cluster.Kubeconfig,
+		"--node-deployment",
+		"--extra-create-metadata",
+		"--enable-capacity",
+		// No pod owns the CSIStorageCapacity objects here.
+		"--capacity-ownerref-level=-1",
+		"--capacity-poll-interval=5s",
+		"--retry-interval-start=500ms",
+		"--retry-interval-max=5s",
+		"--timeout=60s",
+		"-v=4",
+	}, []string{"NODE_NAME=" + n.Name, "NAMESPACE=" + metav1.NamespaceSystem})
+	return err
+}
+
+// waitForDiskNode waits until the driver has published the node's disks.
+func (n *Node) waitForDiskNode(ctx context.Context) error {
+	client, err := versioned.NewForConfig(n.cluster.Config)
+	if err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if n.driver.exited() {
+			return false, n.driver.failure()
+		}
+		dn, err := client.DiskfitV1alpha1().DiskNodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && len(dn.Status.Disks) == len(n.Disks), err
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for DiskNode %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// registerNode creates a Ready Node with the driver's topology label, as a
+// kubelet with the driver registered would.
+func (c *Cluster) registerNode(ctx context.Context, name string) error {
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				v1.LabelHostname:    name,
+				diskfit.TopologyKey: name,
+			},
+		},
+	}
+	created, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating Node: %w", err)
+	}
+	resources := v1.ResourceList{
+		v1.ResourceCPU:    resource.MustParse("16"),
+		v1.ResourceMemory: resource.MustParse("64Gi"),
+		v1.ResourcePods:   resource.MustParse("250"),
+	}
+	created.Status = v1.NodeStatus{
+		Capacity:    resources,
+		Allocatable: resources,
+		Conditions: []v1.NodeCondition{{
+			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+		}},
+	}
+	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating Node status: %w", err)
+	}
+	return nil
+}
+
+// registerCSINode creates the CSINode the kubelet would create after the
+// driver registered with it.
+func (c *Cluster) registerCSINode(ctx context.Context, name string) error {
+	node, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID,
+			}},
+		},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+			Name:         diskfit.DriverName,
+			NodeID:       name,
+			TopologyKeys: []string{diskfit.TopologyKey},
+		}}},
+	}
+	_, err = c.Client.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{})
+	return err
+}
+
+func (n *Node) stop() {
+	if n.provisioner != nil {
+		n.provisioner.stop(5 * time.Second)
+	}
+	if n.driver != nil {
+		n.driver.stop(10 * time.Second)
+	}
+}

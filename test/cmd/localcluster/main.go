@@ -1,0 +1,95 @@
+// Command localcluster runs a whole diskfit cluster on this machine without
+// Docker (see package test/cluster) until it is interrupted.
+//
+//	localcluster up [--kubeconfig-out PATH]
+//
+// It prints the admin kubeconfig path once every node is ready. SIGINT or
+// SIGTERM stop it and remove every mount, loop device and file it made.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/diskfit/diskfit/test/cluster"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "up" {
+		fmt.Fprintln(os.Stderr, "usage: localcluster up [flags]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	repo := fs.String("repo", "", "repository root (default: found from the working directory)")
+	binDir := fs.String("bin-dir", "", "directory with diskfit-csi, diskfit-scheduler and csi-provisioner (default: <repo>/bin)")
+	kubeconfigOut := fs.String("kubeconfig-out", "", "also copy the admin kubeconfig here")
+	klog.InitFlags(fs)
+	_ = fs.Parse(os.Args[2:])
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := up(ctx, *repo, *binDir, *kubeconfigOut); err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		os.Exit(1)
+	}
+}
+
+func up(ctx context.Context, repo, binDir, kubeconfigOut string) error {
+	if repo == "" {
+		var err error
+		if repo, err = findRepo(); err != nil {
+			return err
+		}
+	}
+	if binDir == "" {
+		binDir = filepath.Join(repo, "bin")
+	}
+	c, err := cluster.Start(ctx, cluster.Options{RepoRoot: repo, BinDir: binDir, Nodes: cluster.DefaultNodes()})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	if kubeconfigOut != "" {
+		raw, err := os.ReadFile(c.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(kubeconfigOut+".tmp", raw, 0o600); err != nil {
+			return err
+		}
+		// Renamed into place so a reader never sees half a file.
+		if err := os.Rename(kubeconfigOut+".tmp", kubeconfigOut); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("cluster ready; kubeconfig: %s\nlogs: %s\n", c.Kubeconfig, filepath.Join(c.Dir, "logs"))
+	<-ctx.Done()
+	return nil
+}
+
+func findRepo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "manifests")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("repository root not found; pass --repo")
+		}
+		dir = parent
+	}
+}

@@ -1,0 +1,160 @@
+// Package e2e is diskfit's end-to-end suite. It takes a kubeconfig, so the
+// same tests run against the local cluster (test/cluster, started here when
+// no kubeconfig is given) and against a kind cluster (hack/kind-e2e.sh).
+package e2e
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+)
+
+var kubeconfig = flag.String("kubeconfig", os.Getenv("DISKFIT_E2E_KUBECONFIG"),
+	"cluster to test; empty starts the local cluster (needs root)")
+
+// The clients every test uses, set up by TestMain.
+var (
+	restConfig *rest.Config
+	kube       kubernetes.Interface
+	diskfitAPI versioned.Interface
+	// local is true when TestMain started the local cluster, so tests may
+	// reach the nodes' disks on this host.
+	local bool
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	path := *kubeconfig
+	if path == "" {
+		lc, err := startLocalCluster()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "starting local cluster:", err)
+			return 1
+		}
+		defer lc.stop()
+		path, local = lc.kubeconfig, true
+	}
+	var err error
+	if restConfig, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	restConfig.QPS, restConfig.Burst = 100, 200
+	kube = kubernetes.NewForConfigOrDie(restConfig)
+	diskfitAPI = versioned.NewForConfigOrDie(restConfig)
+	return m.Run()
+}
+
+// localCluster is a `localcluster up` child process.
+type localCluster struct {
+	cmd        *exec.Cmd
+	exited     chan error
+	kubeconfig string
+	dir        string
+}
+
+// startLocalCluster builds diskfit's binaries from this tree and starts the
+// local cluster with them. The sidecars come from `make tools`.
+func startLocalCluster() (*localCluster, error) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "diskfit-e2e-")
+	if err != nil {
+		return nil, err
+	}
+	lc := &localCluster{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	bin := filepath.Join(dir, "bin")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/diskfit-csi", "./cmd/diskfit-scheduler", "./test/cmd/localcluster")
+	build.Dir, build.Stdout, build.Stderr = repo, os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("building binaries: %w", err)
+	}
+	for _, sidecar := range []string{"csi-provisioner"} {
+		if err := os.Symlink(filepath.Join(repo, "bin", sidecar), filepath.Join(bin, sidecar)); err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(filepath.Join(bin, sidecar)); err != nil {
+			return nil, fmt.Errorf("%s missing: run 'make tools': %w", sidecar, err)
+		}
+	}
+	logPath := filepath.Join(os.TempDir(), "diskfit-e2e-localcluster.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	lc.cmd = exec.Command(filepath.Join(bin, "localcluster"), "up", "--repo", repo, "--bin-dir", bin, "--kubeconfig-out", lc.kubeconfig)
+	lc.cmd.Stdout, lc.cmd.Stderr = logFile, logFile
+	// The cluster must not outlive this test process, even when it is killed.
+	lc.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := lc.cmd.Start(); err != nil {
+		return nil, err
+	}
+	lc.exited = make(chan error, 1)
+	go func() { lc.exited <- lc.cmd.Wait(); close(lc.exited) }()
+	deadline := time.After(3 * time.Minute)
+	for {
+		if _, err := os.Stat(lc.kubeconfig); err == nil {
+			return lc, nil
+		}
+		select {
+		case err := <-lc.exited:
+			return nil, fmt.Errorf("localcluster exited: %v; log %s:\n%s", err, logPath, tail(logPath, 30))
+		case <-deadline:
+			lc.stop()
+			return nil, fmt.Errorf("local cluster not ready after 3 minutes; log %s:\n%s", logPath, tail(logPath, 30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (lc *localCluster) stop() {
+	if lc.exited != nil {
+		// SIGTERM lets it unmount and detach everything it made.
+		_ = lc.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-lc.exited:
+		case <-time.After(time.Minute):
+			_ = lc.cmd.Process.Kill()
+			<-lc.exited
+		}
+	}
+	_ = os.RemoveAll(lc.dir)
+}
+
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		lines = append(lines, s.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
