@@ -23,13 +23,13 @@ const (
 
 var supportedFSTypes = map[string]bool{"xfs": true, "ext4": true}
 
-// checkCapability returns InvalidArgument when cap is malformed or asks for
+// checkCapability returns InvalidArgument when vc is malformed or asks for
 // something a node-local volume cannot do (any multi-node access mode).
-func checkCapability(cap *csi.VolumeCapability) error {
-	if cap == nil {
+func checkCapability(vc *csi.VolumeCapability) error {
+	if vc == nil {
 		return status.Error(codes.InvalidArgument, "volume capability is missing")
 	}
-	switch cap.GetAccessMode().GetMode() {
+	switch vc.GetAccessMode().GetMode() {
 	case csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
 		csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
 		csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
@@ -37,9 +37,9 @@ func checkCapability(cap *csi.VolumeCapability) error {
 	case csi.VolumeCapability_AccessMode_UNKNOWN:
 		return status.Error(codes.InvalidArgument, "volume capability has no access mode")
 	default:
-		return status.Errorf(codes.InvalidArgument, "access mode %s is not supported: volumes are local to one node", cap.GetAccessMode().GetMode())
+		return status.Errorf(codes.InvalidArgument, "access mode %s is not supported: volumes are local to one node", vc.GetAccessMode().GetMode())
 	}
-	switch at := cap.GetAccessType().(type) {
+	switch at := vc.GetAccessType().(type) {
 	case *csi.VolumeCapability_Block:
 	case *csi.VolumeCapability_Mount:
 		if fs := at.Mount.GetFsType(); fs != "" && !supportedFSTypes[fs] {

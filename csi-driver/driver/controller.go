@@ -54,18 +54,8 @@ func (d *Driver) snapshotsSupported() bool {
 	return false
 }
 
-func (d *Driver) checkReady() error {
-	if !d.ready.Load() {
-		return status.Error(codes.Unavailable, "the driver is still scanning its disks")
-	}
-	return nil
-}
-
 // CreateVolume implements csi.ControllerServer.
 func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	if err := checkName("volume", req.GetName()); err != nil {
 		return nil, err
 	}
@@ -339,9 +329,6 @@ func (d *Driver) volumeOf(id string) (*disk, string, error) {
 // DeleteVolume implements csi.ControllerServer; deleting a volume that does
 // not exist succeeds.
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	dk, key, err := d.volumeOf(req.GetVolumeId())
 	if status.Code(err) == codes.NotFound {
 		return &csi.DeleteVolumeResponse{}, nil
@@ -433,9 +420,6 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 // checkList validates a list request's paging: a negative maximum is
 // InvalidArgument, a token this driver cannot have issued Aborted.
 func (d *Driver) checkList(maxEntries int32, token string) error {
-	if err := d.checkReady(); err != nil {
-		return err
-	}
 	if maxEntries < 0 {
 		return status.Errorf(codes.InvalidArgument, "max_entries %d is negative", maxEntries)
 	}
@@ -507,9 +491,6 @@ func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 // free space of all matching healthy disks together, maximum_volume_size
 // the largest single disk's, because a volume cannot span disks.
 func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	empty := &csi.GetCapacityResponse{MaximumVolumeSize: wrapperspb.Int64(0)}
 	for _, c := range req.GetVolumeCapabilities() {
 		if checkCapability(c) != nil {
@@ -540,9 +521,6 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 
 // ControllerExpandVolume implements csi.ControllerServer.
 func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	dk, key, err := d.volumeOf(req.GetVolumeId())
 	if err != nil {
 		return nil, err
@@ -578,9 +556,6 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 // CreateSnapshot implements csi.ControllerServer. A snapshot lives on its
 // source volume's disk as a reflink copy.
 func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	if err := checkName("snapshot", req.GetName()); err != nil {
 		return nil, err
 	}
@@ -639,9 +614,6 @@ func (d *Driver) csiSnapshot(dk *disk, s *backend.Snapshot) *csi.Snapshot {
 
 // GetSnapshot implements csi.ControllerServer.
 func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	diskName, key, err := parseID("snapshot", req.GetSnapshotId())
 	if err != nil {
 		return nil, err
@@ -659,9 +631,6 @@ func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 
 // DeleteSnapshot implements csi.ControllerServer; a missing snapshot is fine.
 func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	diskName, key, err := parseID("snapshot", req.GetSnapshotId())
 	if status.Code(err) == codes.NotFound {
 		return &csi.DeleteSnapshotResponse{}, nil

@@ -19,6 +19,8 @@ import (
 	"github.com/kubernetes-csi/csi-lib-utils/metrics"
 	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
@@ -31,7 +33,7 @@ import (
 )
 
 // Version is the driver version reported by GetPluginInfo.
-var Version = "v0.1.0"
+const Version = "v0.1.0"
 
 // PVCGetter reads the PVC a volume is created for. It is the driver's only
 // read from the Kubernetes API.
@@ -195,6 +197,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 		loggingInterceptor(logger),
+		d.readyInterceptor,
 		connection.ExtendedCSIMetricsManager{CSIMetricsManager: d.metrics}.RecordMetricsServerInterceptor,
 	))
 	csi.RegisterIdentityServer(srv, d)
@@ -284,6 +287,26 @@ func loggingInterceptor(logger klog.Logger) grpc.UnaryServerInterceptor {
 		}
 		return resp, err
 	}
+}
+
+// answersBeforeReady are the methods served while the disks are still
+// being scanned: they do not touch the disks, and sidecars call them to
+// find out whether the driver is ready.
+var answersBeforeReady = map[string]bool{
+	"/csi.v1.Identity/GetPluginInfo":         true,
+	"/csi.v1.Identity/GetPluginCapabilities": true,
+	"/csi.v1.Identity/Probe":                 true,
+	"/csi.v1.Node/NodeGetInfo":               true,
+	"/csi.v1.Node/NodeGetCapabilities":       true,
+}
+
+// readyInterceptor answers Unavailable until Start has scanned the disks,
+// so no call sees a backend half-started.
+func (d *Driver) readyInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !d.ready.Load() && !answersBeforeReady[info.FullMethod] {
+		return nil, status.Error(codes.Unavailable, "the driver is still scanning its disks")
+	}
+	return handler(ctx, req)
 }
 
 // disk returns the named disk or nil.

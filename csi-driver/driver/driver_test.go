@@ -14,6 +14,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -187,4 +188,36 @@ func runCmd(args ...string) (string, error) {
 		return out, fmt.Errorf("%v: %w", args, err)
 	}
 	return out, nil
+}
+
+// TestNotReadyUntilStarted checks that only identity and node-info calls
+// are answered while the disks are being scanned.
+func TestNotReadyUntilStarted(t *testing.T) {
+	d := &Driver{}
+	handler := func(context.Context, any) (any, error) { return "answered", nil }
+	tests := []struct {
+		method string
+		want   codes.Code
+	}{
+		{"/csi.v1.Identity/Probe", codes.OK},
+		{"/csi.v1.Identity/GetPluginInfo", codes.OK},
+		{"/csi.v1.Node/NodeGetInfo", codes.OK},
+		{"/csi.v1.Controller/CreateVolume", codes.Unavailable},
+		{"/csi.v1.Controller/ControllerGetCapabilities", codes.Unavailable},
+		{"/csi.v1.Node/NodeStageVolume", codes.Unavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method, func(t *testing.T) {
+			_, err := d.readyInterceptor(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: tt.method}, handler)
+			wantCode(t, err, tt.want)
+		})
+	}
+	probe, err := d.Probe(context.Background(), &csi.ProbeRequest{})
+	if err != nil || probe.GetReady().GetValue() {
+		t.Errorf("Probe before start: %v, %v", probe, err)
+	}
+	d.ready.Store(true)
+	if _, err := d.readyInterceptor(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/csi.v1.Controller/CreateVolume"}, handler); err != nil {
+		t.Errorf("after start: %v", err)
+	}
 }

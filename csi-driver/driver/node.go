@@ -93,9 +93,6 @@ func (d *Driver) nodeRequest(id, pathKind, path string, checks ...func() error) 
 // NodeStageVolume implements csi.NodeServer: attach, and for Filesystem
 // volumes format once and mount at the staging path.
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	dk, key, staging, err := d.nodeRequest(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath(),
 		func() error { return checkCapability(req.GetVolumeCapability()) })
 	if err != nil {
@@ -262,17 +259,14 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 // NodePublishVolume implements csi.NodeServer: bind mount the staged
 // filesystem, or for Block the device node, onto the target.
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	if err := d.checkReady(); err != nil {
-		return nil, err
-	}
 	var staging string
-	cap := req.GetVolumeCapability()
+	vc := req.GetVolumeCapability()
 	dk, key, target, err := d.nodeRequest(req.GetVolumeId(), "target path", req.GetTargetPath(),
 		func() (err error) {
 			staging, err = d.checkPath("staging target path", req.GetStagingTargetPath())
 			return err
 		},
-		func() error { return checkCapability(cap) })
+		func() error { return checkCapability(vc) })
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +281,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if dev == "" {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged", req.GetVolumeId())
 	}
-	block := cap.GetBlock() != nil
+	block := vc.GetBlock() != nil
 	source := staging
 	if block {
 		source = dev
@@ -300,7 +294,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if len(others) > 0 && cap.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+	if len(others) > 0 && vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", req.GetVolumeId(), strings.Join(others, ", "))
 	}
 	if mounted, err := d.isMountPoint(target); err != nil {
@@ -311,7 +305,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err := makeTarget(target, block); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating target %s: %v", target, err)
 	}
-	readOnly := req.GetReadonly() || cap.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	readOnly := req.GetReadonly() || vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
 	if err := bindMount(source, target, readOnly); err != nil {
 		return nil, status.Errorf(codes.Internal, "bind mounting %s at %s: %v", source, target, err)
 	}
