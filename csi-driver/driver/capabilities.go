@@ -11,10 +11,6 @@ import (
 const (
 	// defaultVolumeSize is used when a request names no size.
 	defaultVolumeSize = 1 << 30
-	// sizeAlignment and the minimum sizes come from the contract shared
-	// with the scheduler, which books exactly what the driver allocates.
-	sizeAlignment = diskfit.VolumeAlignmentBytes
-	minVolumeSize = diskfit.MinBlockVolumeBytes
 	// maxVolumeSize rejects absurd sizes (1 PiB) before any disk is asked.
 	maxVolumeSize = 1 << 50
 	// defaultFSType is the filesystem of Filesystem volumes without one.
@@ -85,9 +81,10 @@ func fsTypeOf(caps []*csi.VolumeCapability, params map[string]string) (string, e
 	return fs, nil
 }
 
-// volumeSize picks the size for a capacity range: the required bytes (or a
-// default), aligned, at least minSize, never over the limit.
-func volumeSize(cr *csi.CapacityRange, minSize int64) (int64, error) {
+// volumeSize picks the size for a capacity range: diskfit.VolumeBytes of
+// the required bytes (or of a default), the rule the scheduler books by,
+// never over the limit. block selects the Block volume floor.
+func volumeSize(cr *csi.CapacityRange, block bool) (int64, error) {
 	req, lim := cr.GetRequiredBytes(), cr.GetLimitBytes()
 	switch {
 	case req < 0 || lim < 0:
@@ -104,9 +101,9 @@ func volumeSize(cr *csi.CapacityRange, minSize int64) (int64, error) {
 			size = min(size, lim)
 		}
 	}
-	size = max((size+sizeAlignment-1)/sizeAlignment*sizeAlignment, minSize)
+	size = diskfit.VolumeBytes(size, block)
 	if lim > 0 && size > lim {
-		return 0, status.Errorf(codes.OutOfRange, "capacity limit %d is below the smallest volume of this kind (%d bytes)", lim, size)
+		return 0, status.Errorf(codes.OutOfRange, "capacity limit %d is below the smallest volume of this kind that holds %d bytes (%d)", lim, req, size)
 	}
 	return size, nil
 }
@@ -114,15 +111,6 @@ func volumeSize(cr *csi.CapacityRange, minSize int64) (int64, error) {
 // sizeFits reports whether an existing volume of size satisfies cr.
 func sizeFits(size int64, cr *csi.CapacityRange) bool {
 	return size >= cr.GetRequiredBytes() && (cr.GetLimitBytes() == 0 || size <= cr.GetLimitBytes())
-}
-
-// minSizeFor is the smallest volume of a kind: fsType is empty for Block
-// volumes. Every filesystem gets the same floor (see diskfit.VolumeBytes).
-func minSizeFor(fsType string) int64 {
-	if fsType == "" {
-		return diskfit.MinBlockVolumeBytes
-	}
-	return diskfit.MinFilesystemVolumeBytes
 }
 
 func controllerCap(t csi.ControllerServiceCapability_RPC_Type) *csi.ControllerServiceCapability {

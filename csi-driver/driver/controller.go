@@ -66,7 +66,8 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	size, err := volumeSize(req.GetCapacityRange(), minSizeFor(fsType))
+	// fsType is empty exactly when every capability is Block.
+	size, err := volumeSize(req.GetCapacityRange(), fsType == "")
 	if err != nil {
 		return nil, err
 	}
@@ -533,7 +534,9 @@ func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 			return nil, err
 		}
 	}
-	size, err := volumeSize(req.GetCapacityRange(), minVolumeSize)
+	// Growing never crosses a floor, so the Block one (alignment only)
+	// serves every volume mode.
+	size, err := volumeSize(req.GetCapacityRange(), true)
 	if err != nil {
 		return nil, err
 	}
