@@ -77,6 +77,9 @@ func (f *File) Kind() v1alpha1.Backend { return v1alpha1.BackendFile }
 // Start implements Backend: it creates the state directories, probes
 // reflink support and rolls back interrupted creations and deletions.
 func (f *File) Start(ctx context.Context) error {
+	if err := f.checkMounted(); err != nil {
+		return err
+	}
 	for _, dir := range []string{f.volumes, f.snapshots} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("creating state directory: %w", err)
@@ -92,6 +95,28 @@ func (f *File) Start(ctx context.Context) error {
 		return err
 	}
 	return f.recover(ctx, f.snapshots)
+}
+
+// checkMounted refuses a path that is neither a mount point nor already
+// holds diskfit's state: when a disk failed to mount, its path is an empty
+// directory on the root filesystem, and volumes made there would fill the
+// node's root disk. Creating <path>/diskfit by hand opts a plain directory in.
+func (f *File) checkMounted() error {
+	if _, err := os.Stat(filepath.Join(f.path, stateDirName)); err == nil {
+		return nil
+	}
+	var self, parent unix.Stat_t
+	if err := unix.Stat(f.path, &self); err != nil {
+		return fmt.Errorf("stat %s: %w", f.path, err)
+	}
+	if err := unix.Stat(filepath.Dir(f.path), &parent); err != nil {
+		return fmt.Errorf("stat %s: %w", filepath.Dir(f.path), err)
+	}
+	if self.Dev == parent.Dev && self.Ino != parent.Ino {
+		return fmt.Errorf("%s is not a mount point and holds no %s directory: is the disk mounted? (create %s to use a plain directory)",
+			f.path, stateDirName, filepath.Join(f.path, stateDirName))
+	}
+	return nil
 }
 
 // recover removes temporary records, data files without a record, and

@@ -240,3 +240,24 @@ func TestFileHealthAfterUnmount(t *testing.T) {
 		t.Errorf("create on an unmounted disk: %v, want ErrUnhealthy", err)
 	}
 }
+
+// TestFileRefusesUnmountedPath starts a backend on a plain directory, as
+// when the disk failed to mount: it must refuse rather than fill the root
+// filesystem, until the directory opts in with a diskfit directory.
+func TestFileRefusesUnmountedPath(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	f := NewFile(dir, 0, Hooks{})
+	if err := f.Start(ctx); err == nil || !strings.Contains(err.Error(), "is the disk mounted?") {
+		t.Fatalf("start on a plain directory: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("refused start left %v", entries)
+	}
+	if err := os.Mkdir(filepath.Join(dir, stateDirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(ctx); err != nil {
+		t.Errorf("start on an opted-in directory: %v", err)
+	}
+}
