@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
@@ -143,8 +144,13 @@ func (c *NodeConfig) Validate() error {
 	}
 	for i := range paths {
 		for j := i + 1; j < len(paths); j++ {
-			if overlaps(paths[i].real, paths[j].real) {
+			switch {
+			case overlaps(paths[i].real, paths[j].real):
 				errs = append(errs, fmt.Errorf("disks %q and %q have overlapping paths %s and %s", paths[i].disk, paths[j].disk, paths[i].real, paths[j].real))
+			case paths[i].dev == paths[j].dev:
+				// Both would report the same free space, which the scheduler
+				// would then count twice.
+				errs = append(errs, fmt.Errorf("disks %q and %q are on the same filesystem (%s and %s)", paths[i].disk, paths[j].disk, paths[i].real, paths[j].real))
 			}
 		}
 	}
@@ -153,6 +159,7 @@ func (c *NodeConfig) Validate() error {
 
 type resolvedPath struct {
 	disk, real string
+	dev        uint64
 }
 
 func validateFileDisk(d *Disk) (resolvedPath, error) {
@@ -176,8 +183,12 @@ func validateFileDisk(d *Disk) (resolvedPath, error) {
 	if !st.IsDir() {
 		return resolvedPath{}, fmt.Errorf("disk %q: path %s is not a directory", d.Name, d.Path)
 	}
+	var sys unix.Stat_t
+	if err := unix.Stat(real, &sys); err != nil {
+		return resolvedPath{}, fmt.Errorf("disk %q: path: %w", d.Name, err)
+	}
 	d.Path = real
-	return resolvedPath{disk: d.Name, real: real}, nil
+	return resolvedPath{disk: d.Name, real: real, dev: sys.Dev}, nil
 }
 
 func validateLVMDisk(d *Disk) error {

@@ -63,6 +63,7 @@ disks:
 		{name: "path is a file", yaml: "disks:\n- name: d\n  path: " + file + "\n", wantErr: "not a directory"},
 		{name: "relative path", yaml: "disks:\n- name: d\n  path: a\n", wantErr: "not absolute"},
 		{name: "no path", yaml: "disks:\n- name: d\n", wantErr: "needs a path"},
+		{name: "two disks on one filesystem", yaml: "disks:\n- name: d\n  path: " + a + "\n- name: e\n  path: " + b + "\n", wantErr: "are on the same filesystem"},
 		{name: "nested paths", yaml: "disks:\n- name: d\n  path: " + a + "\n- name: e\n  path: " + nested + "\n", wantErr: "overlapping paths"},
 		{name: "same path through a symlink", yaml: "disks:\n- name: d\n  path: " + a + "\n- name: e\n  path: " + link + "\n", wantErr: "overlapping paths"},
 		{name: "negative reserve", yaml: "disks:\n- name: d\n  path: " + a + "\n  reserved: -1Gi\n", wantErr: "reserved must not be negative"},
