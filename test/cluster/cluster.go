@@ -39,6 +39,9 @@ type Options struct {
 	BinDir string
 	// Nodes are the simulated nodes.
 	Nodes []NodeSpec
+	// LogDir receives the components' logs; empty keeps them with the run's
+	// other files, which Stop removes.
+	LogDir string
 }
 
 // Cluster is a running local cluster.
@@ -53,6 +56,8 @@ type Cluster struct {
 	Dir string
 	// Nodes are the running nodes, by name.
 	Nodes map[string]*Node
+	// LogDir holds one log file per component.
+	LogDir string
 
 	opts      Options
 	cp        *controlPlane
@@ -75,7 +80,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
+	c.LogDir = opts.LogDir
+	if c.LogDir == "" {
+		c.LogDir = filepath.Join(c.Dir, "logs")
+	}
+	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
 		return c, err
 	}
 
@@ -150,7 +159,7 @@ func (c *Cluster) Stop() {
 
 // Logs returns the path of a component's log file.
 func (c *Cluster) Logs(component string) string {
-	return filepath.Join(c.Dir, "logs", component+".log")
+	return filepath.Join(c.LogDir, component+".log")
 }
 
 var errBinaryMissing = errors.New("binary missing; run 'make build tools'")

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,8 +26,11 @@ import (
 	"k8s.io/klog/v2"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
+	"k8s.io/kubernetes/pkg/controller/namespace"
 	"k8s.io/kubernetes/pkg/controller/statefulset"
 	"k8s.io/kubernetes/pkg/controller/volume/persistentvolume"
+	"k8s.io/kubernetes/pkg/controller/volume/pvcprotection"
+	"k8s.io/kubernetes/pkg/controller/volume/pvprotection"
 	"sigs.k8s.io/yaml"
 )
 
@@ -114,10 +118,25 @@ func (cp *controlPlane) startControllers(ctx context.Context) error {
 		factory.Core().V1().Pods(), factory.Apps().V1().StatefulSets(),
 		factory.Core().V1().PersistentVolumeClaims(), factory.Apps().V1().ControllerRevisions(), client)
 
+	// The protection controllers remove the finalizers that keep a claim
+	// in use by a pod, and a bound PV, from being deleted.
+	pvcProtection, err := pvcprotection.NewPVCProtectionController(logger, factory.Core().V1().PersistentVolumeClaims(), factory.Core().V1().Pods(), client)
+	if err != nil {
+		return fmt.Errorf("PVC protection controller: %w", err)
+	}
+	pvProtection, err := pvprotection.NewPVProtectionController(logger, factory.Core().V1().PersistentVolumes(), client)
+	if err != nil {
+		return fmt.Errorf("PV protection controller: %w", err)
+	}
+
 	metadataClient, err := metadata.NewForConfig(cp.config)
 	if err != nil {
 		return err
 	}
+	// Tests delete their namespaces; the namespace controller empties them.
+	namespaces := namespace.NewNamespaceController(klog.NewContext(ctx, logger.WithName("namespace-controller")),
+		client, metadataClient, client.Discovery().ServerPreferredNamespacedResources,
+		factory.Core().V1().Namespaces(), 5*time.Minute, v1.FinalizerKubernetes)
 	metadataInformers := metadatainformer.NewSharedInformerFactory(metadataClient, 0)
 	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(client.Discovery()))
 	restMapper.Reset()
@@ -136,6 +155,9 @@ func (cp *controlPlane) startControllers(ctx context.Context) error {
 		defer close(cp.done)
 		go pv.Run(ctx)
 		go sts.Run(ctx, 5)
+		go pvcProtection.Run(ctx, 2)
+		go pvProtection.Run(ctx, 2)
+		go namespaces.Run(ctx, 2)
 		const resync = 5 * time.Second
 		go wait.Until(restMapper.Reset, resync, ctx.Done())
 		go gc.Run(ctx, 5, resync)

@@ -109,7 +109,7 @@ func (n *Node) startDriver() error {
 	if err != nil {
 		return err
 	}
-	n.driver, err = startProcess("diskfit-csi-"+n.Name, filepath.Join(n.cluster.Dir, "logs"), bin, []string{
+	n.driver, err = startProcess("diskfit-csi-"+n.Name, n.cluster.LogDir, bin, []string{
 		"--endpoint=unix://" + n.Socket,
 		"--node-id=" + n.Name,
 		"--config=" + cfg,
@@ -132,7 +132,7 @@ func (n *Node) startProvisioner() error {
 	if err != nil {
 		return err
 	}
-	n.provisioner, err = startProcess("csi-provisioner-"+n.Name, filepath.Join(n.cluster.Dir, "logs"), bin, []string{
+	n.provisioner, err = startProcess("csi-provisioner-"+n.Name, n.cluster.LogDir, bin, []string{
 		"--csi-address=" + n.Socket,
 		"--kubeconfig=" + n.cluster.Kubeconfig,
 		"--node-deployment",

@@ -44,7 +44,7 @@ func (c *Cluster) startScheduler() error {
 	if err != nil {
 		return err
 	}
-	c.scheduler, err = startProcess(diskfit.SchedulerName, filepath.Join(c.Dir, "logs"), bin, []string{
+	c.scheduler, err = startProcess(diskfit.SchedulerName, c.LogDir, bin, []string{
 		"--config=" + path,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),

@@ -41,25 +41,45 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	path := *kubeconfig
-	if path == "" {
-		lc, err := startLocalCluster()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "starting local cluster:", err)
+	if *kubeconfig != "" {
+		if err := setupClients(*kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer lc.stop()
-		path, local = lc.kubeconfig, true
+		return m.Run()
 	}
-	var err error
-	if restConfig, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	lc, err := startLocalCluster()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting local cluster:", err)
 		return 1
 	}
+	local = true
+	code := 1
+	if err := setupClients(lc.kubeconfig); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	} else {
+		code = m.Run()
+	}
+	lc.stop()
+	if code == 0 {
+		_ = os.RemoveAll(lc.logDir)
+	} else {
+		fmt.Fprintf(os.Stderr, "component logs kept in %s\n", lc.logDir)
+	}
+	return code
+}
+
+func setupClients(path string) error {
+	var err error
+	if restConfig, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+		return err
+	}
 	restConfig.QPS, restConfig.Burst = 100, 200
-	kube = kubernetes.NewForConfigOrDie(restConfig)
-	diskfitAPI = versioned.NewForConfigOrDie(restConfig)
-	return m.Run()
+	if kube, err = kubernetes.NewForConfig(restConfig); err != nil {
+		return err
+	}
+	diskfitAPI, err = versioned.NewForConfig(restConfig)
+	return err
 }
 
 // localCluster is a `localcluster up` child process.
@@ -68,6 +88,8 @@ type localCluster struct {
 	exited     chan error
 	kubeconfig string
 	dir        string
+	// logDir keeps the components' logs; removed when every test passed.
+	logDir string
 }
 
 // startLocalCluster builds diskfit's binaries from this tree and starts the
@@ -81,7 +103,11 @@ func startLocalCluster() (*localCluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	lc := &localCluster{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	logDir, err := os.MkdirTemp("", "diskfit-e2e-logs-")
+	if err != nil {
+		return nil, err
+	}
+	lc := &localCluster{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig"), logDir: logDir}
 	bin := filepath.Join(dir, "bin")
 	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/diskfit-csi", "./cmd/diskfit-scheduler", "./test/cmd/localcluster")
 	build.Dir, build.Stdout, build.Stderr = repo, os.Stderr, os.Stderr
@@ -96,13 +122,13 @@ func startLocalCluster() (*localCluster, error) {
 			return nil, fmt.Errorf("%s missing: run 'make tools': %w", sidecar, err)
 		}
 	}
-	logPath := filepath.Join(os.TempDir(), "diskfit-e2e-localcluster.log")
+	logPath := filepath.Join(logDir, "localcluster.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
-	lc.cmd = exec.Command(filepath.Join(bin, "localcluster"), "up", "--repo", repo, "--bin-dir", bin, "--kubeconfig-out", lc.kubeconfig)
+	lc.cmd = exec.Command(filepath.Join(bin, "localcluster"), "up", "--repo", repo, "--bin-dir", bin, "--kubeconfig-out", lc.kubeconfig, "--log-dir", logDir)
 	lc.cmd.Stdout, lc.cmd.Stderr = logFile, logFile
 	// The cluster must not outlive this test process, even when it is killed.
 	lc.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}

@@ -48,8 +48,8 @@ func TestDiskAndNodeArriveInOneWrite(t *testing.T) {
 	var claims []string
 	for i := range pods {
 		a, b := fmt.Sprintf("p%d-a", i), fmt.Sprintf("p%d-b", i)
-		newPVC(t, ns, a, class, 256*mi)
-		newPVC(t, ns, b, class, 128*mi)
+		newPVC(t, ns, a, class, 400*mi)
+		newPVC(t, ns, b, class, 300*mi)
 		claims = append(claims, a, b)
 		createPod(t, ns, podSpec(fmt.Sprintf("p%d", i), diskfit.SchedulerName, a, b))
 	}

@@ -31,18 +31,19 @@ func main() {
 	repo := fs.String("repo", "", "repository root (default: found from the working directory)")
 	binDir := fs.String("bin-dir", "", "directory with diskfit-csi, diskfit-scheduler and csi-provisioner (default: <repo>/bin)")
 	kubeconfigOut := fs.String("kubeconfig-out", "", "also copy the admin kubeconfig here")
+	logDir := fs.String("log-dir", "", "write component logs here and keep them (default: removed on exit)")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[2:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := up(ctx, *repo, *binDir, *kubeconfigOut); err != nil {
+	if err := up(ctx, *repo, *binDir, *kubeconfigOut, *logDir); err != nil {
 		fmt.Fprintln(os.Stderr, "localcluster:", err)
 		os.Exit(1)
 	}
 }
 
-func up(ctx context.Context, repo, binDir, kubeconfigOut string) error {
+func up(ctx context.Context, repo, binDir, kubeconfigOut, logDir string) error {
 	if repo == "" {
 		var err error
 		if repo, err = findRepo(); err != nil {
@@ -52,7 +53,7 @@ func up(ctx context.Context, repo, binDir, kubeconfigOut string) error {
 	if binDir == "" {
 		binDir = filepath.Join(repo, "bin")
 	}
-	c, err := cluster.Start(ctx, cluster.Options{RepoRoot: repo, BinDir: binDir, Nodes: cluster.DefaultNodes()})
+	c, err := cluster.Start(ctx, cluster.Options{RepoRoot: repo, BinDir: binDir, Nodes: cluster.DefaultNodes(), LogDir: logDir})
 	if err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func up(ctx context.Context, repo, binDir, kubeconfigOut string) error {
 			return err
 		}
 	}
-	fmt.Printf("cluster ready; kubeconfig: %s\nlogs: %s\n", c.Kubeconfig, filepath.Join(c.Dir, "logs"))
+	fmt.Printf("cluster ready; kubeconfig: %s\nlogs: %s\n", c.Kubeconfig, c.LogDir)
 	<-ctx.Done()
 	return nil
 }
