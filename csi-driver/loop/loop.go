@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // sysBlock is where the kernel lists block devices and, for loop devices,
@@ -41,21 +43,36 @@ func FindAll(_ context.Context, file string) ([]string, error) {
 		return nil, fmt.Errorf("listing block devices: %w", err)
 	}
 	var devs []string
+	buf := make([]byte, unix.PathMax+16)
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Name(), "loop") {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(sysBlock, e.Name(), "loop", "backing_file"))
-		if err != nil {
-			// Not attached, or detached while we looked.
-			continue
-		}
-		if strings.TrimSuffix(string(data), "\n") == file {
+		backing, ok := readSmall(filepath.Join(sysBlock, e.Name(), "loop", "backing_file"), buf)
+		if ok && strings.TrimSuffix(backing, "\n") == file {
 			devs = append(devs, "/dev/"+e.Name())
 		}
 	}
 	sort.Strings(devs)
 	return devs, nil
+}
+
+// readSmall reads a sysfs attribute with bare system calls: a node has
+// dozens of loop devices and this runs for each on every lookup, where
+// os.ReadFile's extra stat and poller registration would double the cost.
+// ok is false when the attribute does not exist (the device is unbound) or
+// cannot be read.
+func readSmall(path string, buf []byte) (string, bool) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", false
+	}
+	defer unix.Close(fd)
+	n, err := unix.Read(fd, buf)
+	if err != nil || n <= 0 {
+		return "", false
+	}
+	return string(buf[:n]), true
 }
 
 // Attach returns the loop device backed by file, attaching one with direct
