@@ -50,15 +50,15 @@ const DiskNodeResource fwk.EventResource = "disknodes.v1alpha1." + diskfit.Group
 
 // DiskFit is the plugin. It is created by New.
 type DiskFit struct {
-	vb        *volumebinding.VolumeBinding
-	ledger    *ledger.Ledger
+	vb         *volumebinding.VolumeBinding
+	ledger     *ledger.Ledger
 	pvcLister  corelisters.PersistentVolumeClaimLister
 	pvcIndexer cache.Indexer
 	scLister   storagelisters.StorageClassLister
-	opts      packing.Options
-	weigh     packing.Weigher
-	maxAge    time.Duration
-	now       func() time.Time
+	opts       packing.Options
+	weigh      packing.Weigher
+	maxAge     time.Duration
+	now        func() time.Time
 	// noClaims is the shared, never modified state of pods without
 	// diskfit claims.
 	noClaims *stateData
@@ -136,15 +136,15 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	}
 
 	pl := &DiskFit{
-		vb:        vb,
-		ledger:    ledger.New(),
+		vb:         vb,
+		ledger:     ledger.New(),
 		pvcLister:  h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Lister(),
 		pvcIndexer: h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Informer().GetIndexer(),
 		noClaims:   &stateData{},
-		scLister:  h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
-		opts:      packing.Options{Strategy: strategy(args.ScoringStrategy.Type), MaxExactClaims: int(args.MaxExactClaims)},
-		maxAge:    args.MaxDiskNodeAge.Duration,
-		now:       o.Now,
+		scLister:   h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
+		opts:       packing.Options{Strategy: strategy(args.ScoringStrategy.Type), MaxExactClaims: int(args.MaxExactClaims)},
+		maxAge:     args.MaxDiskNodeAge.Duration,
+		now:        o.Now,
 	}
 	if args.MaxExactClaims == 0 {
 		pl.opts.MaxExactClaims = -1

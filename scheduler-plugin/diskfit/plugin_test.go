@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
+	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
@@ -436,4 +437,24 @@ func TestNewRejectsInvalidArgs(t *testing.T) {
 	if _, err := NewWithOptions(env.ctx, args, env.handle, Options{Features: &feature.Features{}, DiskNodeClient: env.dfClient}); err == nil {
 		t.Error("New accepted an unknown scoring strategy")
 	}
+}
+
+// TestGenericEphemeralVolume checks that the PVC of a generic ephemeral
+// volume (<pod>-<volume>, owned by the pod) is packed like any other claim.
+func TestGenericEphemeralVolume(t *testing.T) {
+	pod := makePod("p")
+	pod.Spec.Volumes = append(pod.Spec.Volumes, v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{
+		Ephemeral: &v1.EphemeralVolumeSource{VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{}},
+	}})
+	pvc := makePVC("p-scratch", diskfitClass, 5*gi).PersistentVolumeClaim
+	pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}
+	env := newTestEnv(t, nil, []runtime.Object{pvc}, diskNode("n1", freeDisk("d0", 4*gi)), diskNode("n2", freeDisk("d0", 8*gi)))
+	state := framework.NewCycleState()
+	if _, status := env.pl.PreFilter(env.ctx, state, pod, nil); !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	nodes := nodeInfos("n1", "n2")
+	checkStatus(t, "Filter n1", env.pl.Filter(env.ctx, state, pod, nodes[0]),
+		wantStatus{fwk.UnschedulableAndUnresolvable, "largest free disk d0 has 4Gi, pod needs 5Gi on one disk (claim ns/p-scratch)"})
+	checkStatus(t, "Filter n2", env.pl.Filter(env.ctx, state, pod, nodes[1]), wantStatus{fwk.Success, ""})
 }

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -317,5 +319,50 @@ func TestLedgerDisksNoAlloc(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("Disks allocates %v times per call", allocs)
+	}
+}
+
+// TestLedgerConcurrentReserve races 50 pods for a node with room for 10 of
+// them, with informer updates arriving at the same time: no disk may ever
+// hold more than it has.
+func TestLedgerConcurrentReserve(t *testing.T) {
+	l := New()
+	l.SetDiskNode(diskNode("n1", diskStatus("d0", 5*gi, 5*gi), diskStatus("d1", 5*gi, 5*gi)))
+	const pods = 50
+	var wg sync.WaitGroup
+	won := make(chan string, pods)
+	for i := 0; i < pods; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pod := types.UID(fmt.Sprintf("pod%d", i))
+			claim := packing.Claim{Key: fmt.Sprintf("pvc%d", i), Size: gi}
+			disks, err := l.Reserve(pod, "n1", []packing.Claim{claim}, packing.Options{})
+			if err != nil {
+				return
+			}
+			// Half of the winners' PVCs become visible while others race.
+			if i%2 == 0 {
+				l.SetPVC(pvc(types.UID(claim.Key), gi, "n1", disks[0]))
+			}
+			won <- disks[0]
+		}()
+	}
+	wg.Wait()
+	close(won)
+	perDisk := map[string]int{}
+	for d := range won {
+		perDisk[d]++
+	}
+	if perDisk["d0"] != 5 || perDisk["d1"] != 5 {
+		t.Errorf("placements per disk %v, want exactly 5 on each", perDisk)
+	}
+	for _, d := range []string{"d0", "d1"} {
+		if used := l.Used(Location{Node: "n1", Disk: d}); used != 5*gi {
+			t.Errorf("%s used %d Gi, want 5", d, used/gi)
+		}
+		if free := freeOf(t, l, "n1", d); free != 0 {
+			t.Errorf("%s free %d, want 0", d, free)
+		}
 	}
 }
