@@ -90,7 +90,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 
 	creq := backend.CreateRequest{Key: key, Name: req.GetName(), SizeBytes: size,
 		PVCNamespace: req.GetParameters()[diskfit.PVCNamespaceKey], PVCName: req.GetParameters()[diskfit.PVCNameKey]}
-	srcDisk, err := d.contentSource(ctx, req.GetVolumeContentSource(), &creq)
+	srcDisk, err := d.contentSource(ctx, req.GetVolumeContentSource(), req.GetCapacityRange().GetLimitBytes(), &creq)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func sameSource(dk *disk, vol *backend.Volume, src *csi.VolumeContentSource) boo
 // contentSource resolves a snapshot or volume source into creq and returns
 // the disk holding it, which is where the new volume must go: reflink
 // copies only work within one filesystem.
-func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource, creq *backend.CreateRequest) (*disk, error) {
+func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource, limit int64, creq *backend.CreateRequest) (*disk, error) {
 	var id, kind string
 	switch {
 	case src == nil:
@@ -199,6 +199,10 @@ func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource
 		srcSize, creq.FromVolume = vol.SizeBytes, key
 	}
 	if creq.SizeBytes < srcSize {
+		// A copy is never smaller than its source.
+		if limit > 0 && srcSize > limit {
+			return nil, status.Errorf(codes.OutOfRange, "source %s %q has %d bytes, more than the limit of %d", kind, id, srcSize, limit)
+		}
 		creq.SizeBytes = srcSize
 	}
 	return dk, nil

@@ -337,6 +337,13 @@ func TestSnapshotsAndClones(t *testing.T) {
 		t.Errorf("restored volume has %d bytes, want %d", restored.CapacityBytes, 128*mi)
 	}
 
+	tooSmall := createReq("pvc-too-small", 32*mi)
+	tooSmall.CapacityRange.LimitBytes = 32 * mi
+	tooSmall.VolumeCapabilities = []*csi.VolumeCapability{cap}
+	tooSmall.VolumeContentSource = restore.VolumeContentSource
+	_, err = e.d.CreateVolume(e.ctx, tooSmall)
+	wantCode(t, err, codes.OutOfRange)
+
 	onExt4 := createReq("pvc-ext4", 64*mi)
 	onExt4.VolumeCapabilities = []*csi.VolumeCapability{cap}
 	onExt4.Parameters = e.addPVC(t, "pvc-ext4", map[string]string{"volume.kubernetes.io/selected-node": testNode, "diskfit.io/selected-disk": "ext4"})
