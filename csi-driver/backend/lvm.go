@@ -362,7 +362,9 @@ func (l *LVM) copyLV(ctx context.Context, from, to string) error {
 			return err
 		}
 	}
-	_, err := l.run.Run(ctx, "dd", "if="+l.lvPath(from), "of="+l.lvPath(to), "bs=4M", "iflag=direct", "oflag=direct", "conv=sparse")
+	// No conv=sparse: skipped blocks would keep whatever an earlier LV
+	// left on the extents.
+	_, err := l.run.Run(ctx, "dd", "if="+l.lvPath(from), "of="+l.lvPath(to), "bs=4M", "iflag=direct", "oflag=direct")
 	return err
 }
 
@@ -392,10 +394,21 @@ func (l *LVM) volume(v *lv, key string) *Volume {
 	return vol
 }
 
-// DeleteVolume implements Backend.
+// DeleteVolume implements Backend. A volume with snapshots is refused:
+// LVM snapshots depend on their origin and would go with it, while CSI
+// snapshots must outlive their source.
 func (l *LVM) DeleteVolume(ctx context.Context, key string) error {
 	if l.dmErr != nil {
 		return fmt.Errorf("%w: %w", ErrUnhealthy, l.dmErr)
+	}
+	snaps, err := l.ListSnapshots(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range snaps {
+		if s.SourceVolume == key {
+			return fmt.Errorf("%w: snapshot %s depends on it", ErrInUse, s.Key)
+		}
 	}
 	return l.removeLV(ctx, volumePrefix+key)
 }

@@ -180,6 +180,9 @@ func TestLVMLifecycle(t *testing.T) {
 	if _, err := l.ExpandVolume(ctx, "k1", 2<<30); !errors.Is(err, ErrNoSpace) {
 		t.Errorf("expanding too far: %v, want ErrNoSpace", err)
 	}
+	if err := l.DeleteVolume(ctx, "k1"); !errors.Is(err, ErrInUse) {
+		t.Errorf("deleting a volume with a snapshot: %v, want ErrInUse", err)
+	}
 	for _, del := range []func() error{
 		func() error { return l.DeleteSnapshot(ctx, "s1") },
 		func() error { return l.DeleteVolume(ctx, "k1") },
@@ -314,6 +317,9 @@ func TestLVMReal(t *testing.T) {
 	}
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k2", Name: "k2", SizeBytes: 128 * mi, FromSnapshot: "s1"}); err != nil {
 		t.Fatal(err)
+	}
+	if err := l.DeleteVolume(ctx, "k1"); !errors.Is(err, ErrInUse) {
+		t.Errorf("deleting a volume with a snapshot: %v, want ErrInUse", err)
 	}
 	for _, err := range []error{l.DeleteSnapshot(ctx, "s1"), l.Detach(ctx, "k1"), l.DeleteVolume(ctx, "k1"), l.DeleteVolume(ctx, "k2")} {
 		if err != nil {
