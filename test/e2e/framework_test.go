@@ -218,6 +218,10 @@ func waitPVCsBound(t *testing.T, ns string, names []string, timeout time.Duratio
 	err := wait.PollUntilContextTimeout(ctxFor(t, timeout+time.Second), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		for _, name := range names {
 			pvc, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				// A StatefulSet creates its claims with its pods.
+				return false, nil
+			}
 			if err != nil {
 				return false, err
 			}
@@ -354,11 +358,4 @@ func statefulSet(name, scheduler, class string, replicas int32, sizes ...int64) 
 			v1.VolumeMount{Name: c.Name, MountPath: "/" + c.Name})
 	}
 	return sts
-}
-
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }
