@@ -164,9 +164,13 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 			return 1
 		}
 	}
+	binder, err := newVolumeBinder(ctx, h, fts, time.Duration(vbArgs.BindTimeoutSeconds)*time.Second)
+	if err != nil {
+		return nil, err
+	}
 	// The decorator must be in place before the first Reserve; plugins are
 	// built before scheduling starts.
-	vb.Binder = &diskBinder{SchedulerVolumeBinder: vb.Binder, ledger: pl.ledger}
+	vb.Binder = &diskBinder{SchedulerVolumeBinder: binder, ledger: pl.ledger}
 	registerMetrics()
 
 	if err := pl.watchVolumes(h); err != nil {
@@ -187,6 +191,26 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	}
 	logger.V(2).Info("DiskFit plugin ready", "strategy", pl.opts.Strategy, "maxDiskNodeAge", pl.maxAge, "maxExactClaims", args.MaxExactClaims)
 	return pl, nil
+}
+
+// newVolumeBinder builds the Binder that the embedded VolumeBinding uses in
+// place of its own: the same as VolumeBinding builds, except that it does
+// not check diskfit claims against CSIStorageCapacity (capacity.go). The
+// binder VolumeBinding built in New stays unused.
+func newVolumeBinder(ctx context.Context, h fwk.Handle, fts feature.Features, bindTimeout time.Duration) (volumebinding.SchedulerVolumeBinder, error) {
+	f := h.SharedInformerFactory()
+	binder, err := volumebinding.NewVolumeBinder(klog.FromContext(ctx), h.ClientSet(), fts,
+		f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Storage().V1().CSINodes(),
+		f.Core().V1().PersistentVolumeClaims(), f.Core().V1().PersistentVolumes(), f.Storage().V1().StorageClasses(),
+		volumebinding.CapacityCheck{
+			CSIDriverInformer:          diskfitCapacityBlind{f.Storage().V1().CSIDrivers()},
+			CSIStorageCapacityInformer: f.Storage().V1().CSIStorageCapacities(),
+		},
+		bindTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("building volume binder: %w", err)
+	}
+	return binder, nil
 }
 
 // decodeArgs accepts the internal args the scheduler passes after decoding

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
@@ -173,7 +174,9 @@ func TestNonDiskFitClaimsMatchVolumeBinding(t *testing.T) {
 		},
 		Status: v1.PersistentVolumeStatus{Phase: v1.VolumeBound},
 	}
-	objs := []runtime.Object{wffc, bound, boundPV, node("n1"), node("n2")}
+	// The other driver tracks capacity but has published none: VolumeBinding
+	// rejects its claims, and so must DiskFit.
+	objs := []runtime.Object{wffc, bound, boundPV, node("n1"), node("n2"), csiDriver("other.example.com")}
 	pods := []*v1.Pod{
 		makePod("no-volumes"),
 		makePod("wffc", "wffc"),
@@ -457,4 +460,37 @@ func TestGenericEphemeralVolume(t *testing.T) {
 	checkStatus(t, "Filter n1", env.pl.Filter(env.ctx, state, pod, nodes[0]),
 		wantStatus{fwk.UnschedulableAndUnresolvable, "largest free disk d0 has 4Gi, pod needs 5Gi on one disk (claim ns/p-scratch)"})
 	checkStatus(t, "Filter n2", env.pl.Filter(env.ctx, state, pod, nodes[1]), wantStatus{fwk.Success, ""})
+}
+
+func csiDriver(name string) *storagev1.CSIDriver {
+	return &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSIDriverSpec{StorageCapacity: ptr.To(true)}}
+}
+
+// TestDiskFitClaimsSkipCSIStorageCapacity checks that diskfit claims are
+// judged by their disks, not by CSIStorageCapacity: the diskfit driver
+// tracks capacity, no capacity object exists yet (as on a new node), and the
+// node with room still passes.
+func TestDiskFitClaimsSkipCSIStorageCapacity(t *testing.T) {
+	objs := []runtime.Object{makePVC("a", diskfitClass, 2*gi).PersistentVolumeClaim, node("n1"), csiDriver(diskfit.DriverName)}
+	env := newTestEnv(t, nil, objs, diskNode("n1", freeDisk("d0", 4*gi)))
+	pod := makePod("p", "a")
+	state := framework.NewCycleState()
+	nodes := nodeInfos("n1")
+	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	checkStatus(t, "Filter", env.pl.Filter(env.ctx, state, pod, nodes[0]), wantStatus{fwk.Success, ""})
+
+	// The plain VolumeBinding would have rejected the node.
+	vbPlugin, err := volumebinding.New(env.ctx, &schedconfig.VolumeBindingArgs{BindTimeoutSeconds: 600}, env.handle, feature.Features{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vb := vbPlugin.(*volumebinding.VolumeBinding)
+	vbState := framework.NewCycleState()
+	if _, status := vb.PreFilter(env.ctx, vbState, pod, nodes); !status.IsSuccess() {
+		t.Fatalf("VolumeBinding PreFilter: %v", status)
+	}
+	checkStatus(t, "VolumeBinding Filter", vb.Filter(env.ctx, vbState, pod, nodes[0]),
+		wantStatus{fwk.UnschedulableAndUnresolvable, "did not have enough free storage"})
 }
