@@ -131,6 +131,10 @@ type Backend interface {
 	Device(ctx context.Context, key string) (string, error)
 	// Detach undoes Attach; a detached volume is not an error.
 	Detach(ctx context.Context, key string) error
+	// Blank reports whether the volume was provably never written, so
+	// that it can be formatted without probing it for a filesystem.
+	// False when unsure.
+	Blank(ctx context.Context, key string) (bool, error)
 	// SupportsSnapshots reports whether snapshots and clones work here.
 	SupportsSnapshots() bool
 	// CreateSnapshot copies the volume sourceKey into a new snapshot.

@@ -88,9 +88,17 @@ func TestFileCreateDeleteExpand(t *testing.T) {
 	if u0.CapacityBytes <= 0 || u0.FreeBytes > u0.CapacityBytes {
 		t.Errorf("usage %+v", u0)
 	}
+	if blank, err := f.Blank(ctx, "v1"); err != nil || !blank {
+		t.Errorf("fresh volume blank = %v, %v", blank, err)
+	}
 	dev, err := f.Attach(ctx, "v1")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// One sector written through the loop device, far from the start.
+	testdisk.Run(t, "dd", "if=/dev/urandom", "of="+dev, "bs=4096", "count=1", "seek=1000", "oflag=direct", "status=none")
+	if blank, err := f.Blank(ctx, "v1"); err != nil || blank {
+		t.Errorf("written volume blank = %v, %v", blank, err)
 	}
 	if again, _ := f.Attach(ctx, "v1"); again != dev {
 		t.Errorf("second attach gave %s, first %s", again, dev)
@@ -184,6 +192,9 @@ func TestFileRecovery(t *testing.T) {
 	}
 	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "keep", Name: "keep", SizeBytes: 4 * mi}); err != nil {
 		t.Fatal(err)
+	}
+	if blank, err := f.Blank(ctx, "keep"); err != nil || !blank {
+		t.Errorf("fresh volume on ext4 blank = %v, %v", blank, err)
 	}
 	if _, err := f.CreateSnapshot(ctx, "s", "s", "keep"); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("snapshot on ext4: %v, want ErrUnsupported", err)

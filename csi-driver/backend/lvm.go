@@ -490,6 +490,10 @@ func (l *LVM) Detach(ctx context.Context, key string) error {
 	return err
 }
 
+// Blank implements Backend: an LV's extents may hold what an earlier LV
+// left there, so it is never assumed blank and blkid decides.
+func (l *LVM) Blank(context.Context, string) (bool, error) { return false, nil }
+
 // SupportsSnapshots implements Backend.
 func (l *LVM) SupportsSnapshots() bool { return l.dmErr == nil }
 

@@ -236,7 +236,7 @@ func BenchmarkStagePublish(b *testing.B) {
 				},
 				op: func(_ int, s any) error {
 					v := s.(*vol)
-					out, err := testdisk.Output("losetup", "--find", "--show", "--direct-io=on", v.file)
+					out, err := testdisk.Output("losetup", "--find", "--show", "--direct-io=on", "--sector-size", "4096", v.file)
 					if err != nil {
 						return err
 					}

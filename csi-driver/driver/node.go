@@ -134,7 +134,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		// refuses to mount a second filesystem with a UUID already mounted.
 		opts = append(opts, "nouuid")
 	}
-	if err := d.mounter.FormatAndMount(dev, staging, fsType, opts); err != nil {
+	if err := d.formatAndMount(ctx, dk, key, dev, staging, fsType, opts); err != nil {
 		if derr := dk.backend.Detach(ctx, key); derr != nil {
 			klog.FromContext(ctx).Error(derr, "Detaching after failed stage", "volume", req.GetVolumeId())
 		}
@@ -142,6 +142,31 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	klog.FromContext(ctx).V(2).Info("Staged volume", "volume", req.GetVolumeId(), "device", dev, "path", staging, "fsType", fsType)
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// formatAndMount mounts dev at target, formatting it first when it is
+// blank. A volume its backend proves never written (a fresh preallocated
+// file) is formatted with the arguments SafeFormatAndMount would use,
+// sparing the blkid process that is the driver's largest cost over doing
+// these steps by hand; anything else goes through SafeFormatAndMount, which
+// never formats a device holding data.
+func (d *Driver) formatAndMount(ctx context.Context, dk *disk, key, dev, target, fsType string, opts []string) error {
+	blank, err := dk.backend.Blank(ctx, key)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot tell whether the volume is blank, probing it", "device", dev, "err", err.Error())
+	}
+	if !blank {
+		return d.mounter.FormatAndMount(dev, target, fsType, opts)
+	}
+	args := []string{"-f", dev}
+	if fsType != "xfs" {
+		args = []string{"-F", "-m0", dev}
+	}
+	if out, err := d.exec.CommandContext(ctx, "mkfs."+fsType, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.%s %s: %w: %s", fsType, dev, err, out)
+	}
+	klog.FromContext(ctx).V(2).Info("Formatted blank volume", "device", dev, "fsType", fsType)
+	return d.mounter.Mount(dev, target, fsType, append(opts, "defaults"))
 }
 
 // mountedDevice returns the source mounted at path, or "" when nothing is.

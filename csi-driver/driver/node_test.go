@@ -396,3 +396,29 @@ func TestLVMDiskWithoutDeviceMapper(t *testing.T) {
 		t.Errorf("the file disk stopped working: %v", err)
 	}
 }
+
+// TestRestoredFilesystemKeepsData checks that staging never formats a
+// volume that holds data: a restore of a snapshot of a filesystem volume
+// mounts with the file the source had.
+func TestRestoredFilesystemKeepsData(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+	cap := mountCap()
+	src := e.mustCreate(t, createReq("pvc-fs-src", 400*mi))
+	staging := e.stage(t, src.VolumeId, cap)
+	if err := os.WriteFile(filepath.Join(staging, "data"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.teardownNode(t, src.VolumeId, staging)
+	snap, err := e.d.CreateSnapshot(e.ctx, &csi.CreateSnapshotRequest{Name: "snap-fs", SourceVolumeId: src.VolumeId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := createReq("pvc-fs-restore", 400*mi)
+	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
+	restored := e.mustCreate(t, req)
+	staging = e.stage(t, restored.VolumeId, cap)
+	if data, err := os.ReadFile(filepath.Join(staging, "data")); err != nil || string(data) != "kept" {
+		t.Errorf("restored volume reads %q, %v", data, err)
+	}
+	e.teardown(t, restored.VolumeId, staging)
+}

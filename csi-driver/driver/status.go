@@ -31,12 +31,22 @@ func (d *Driver) diskStatus(ctx context.Context, dk *disk) v1alpha1.DiskStatus {
 	if err != nil {
 		return fail(err)
 	}
-	st.CapacityBytes, st.FreeBytes = u.CapacityBytes, u.FreeBytes
 	vols, err := dk.backend.ListVolumes(ctx)
 	if err != nil {
 		return fail(err)
 	}
 	st.VolumeCount = int32(len(vols))
+	// Capacity is what the disk offers volumes: its free space plus what its
+	// volumes take. So capacity minus the volumes is exactly the free space,
+	// and the scheduler's ledger (capacity minus the PVs it knows) agrees
+	// with the disk between two reports, whatever the filesystem keeps for
+	// itself (ext4 journal, XFS metadata) or whatever else was written there.
+	var used int64
+	for _, v := range vols {
+		used += v.SizeBytes
+	}
+	st.FreeBytes = u.FreeBytes
+	st.CapacityBytes = min(u.FreeBytes+used, u.CapacityBytes)
 	return st
 }
 

@@ -76,12 +76,19 @@ func readSmall(path string, buf []byte) (string, bool) {
 }
 
 // Attach returns the loop device backed by file, attaching one with direct
-// I/O when there is none, so calling it again is harmless.
+// I/O and 4096-byte sectors when there is none, so calling it again is
+// harmless.
 func Attach(ctx context.Context, file string) (string, error) {
 	if dev, err := Find(ctx, file); err != nil || dev != "" {
 		return dev, err
 	}
-	out, err := run(ctx, "losetup", "--find", "--show", "--direct-io=on", file)
+	// The sector size is pinned: with direct I/O the kernel otherwise
+	// derives it from the backing file's I/O alignment, which on XFS is
+	// 512 bytes for a plain file and 4096 for one sharing extents (a
+	// snapshot restore or clone), and a filesystem made with 4096-byte
+	// sectors cannot be mounted from a device with 512-byte ones, nor the
+	// other way round. 4096 satisfies every backing device's alignment.
+	out, err := run(ctx, "losetup", "--find", "--show", "--direct-io=on", "--sector-size", "4096", file)
 	if err != nil {
 		return "", err
 	}

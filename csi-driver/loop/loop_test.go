@@ -37,6 +37,9 @@ func TestAttachFindRefreshDetach(t *testing.T) {
 	if dio, err := DirectIO(dev); err != nil || !dio {
 		t.Errorf("direct I/O: %v, %v", dio, err)
 	}
+	if bs, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "logical_block_size")); err != nil || string(bs) != "4096\n" {
+		t.Errorf("logical block size %q, %v, want 4096", bs, err)
+	}
 	if err := os.Truncate(file, 16<<20); err != nil {
 		t.Fatal(err)
 	}

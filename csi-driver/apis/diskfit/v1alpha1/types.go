@@ -97,7 +97,10 @@ type DiskStatus struct {
 	// +optional
 	DeviceClass string `json:"deviceClass,omitempty"`
 
-	// CapacityBytes is the usable size of the disk, headroom excluded.
+	// CapacityBytes is what the disk offers volumes: free space plus the
+	// space its volumes take, headroom excluded. Space the filesystem keeps
+	// for itself, or that something other than a volume holds, is not part
+	// of it, so CapacityBytes minus the volumes is what is free.
 	// +kubebuilder:validation:Minimum=0
 	CapacityBytes int64 `json:"capacityBytes"`
 
