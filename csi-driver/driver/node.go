@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -155,7 +156,8 @@ func (d *Driver) formatAndMount(ctx context.Context, dk *disk, key, dev, target,
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Cannot tell whether the volume is blank, probing it", "device", dev, "err", err.Error())
 	}
-	if !blank {
+	// A read-only mount must not format; SafeFormatAndMount says so.
+	if !blank || slices.Contains(opts, "ro") {
 		return d.mounter.FormatAndMount(dev, target, fsType, opts)
 	}
 	args := []string{"-f", dev}
