@@ -2,7 +2,9 @@ package diskfit
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -493,4 +495,59 @@ func TestDiskFitClaimsSkipCSIStorageCapacity(t *testing.T) {
 	}
 	checkStatus(t, "VolumeBinding Filter", vb.Filter(env.ctx, vbState, pod, nodes[0]),
 		wantStatus{fwk.UnschedulableAndUnresolvable, "did not have enough free storage"})
+}
+
+// TestConcurrentFilterAndEvents runs Filter on many goroutines, as the
+// framework does across nodes, while DiskNode and PVC events change the
+// ledger; with -race it guards the locking, and every answer must be one
+// the changing data allows.
+func TestConcurrentFilterAndEvents(t *testing.T) {
+	objs := []runtime.Object{makePVC("a", diskfitClass, 3*gi).PersistentVolumeClaim}
+	var dns []*v1alpha1.DiskNode
+	var names []string
+	for i := 0; i < 8; i++ {
+		n := fmt.Sprintf("n%d", i)
+		names = append(names, n)
+		objs = append(objs, node(n))
+		dns = append(dns, diskNode(n, freeDisk("d0", 4*gi), freeDisk("d1", 2*gi)))
+	}
+	env := newTestEnv(t, nil, objs, dns...)
+	pod := makePod("p", "a")
+	state := framework.NewCycleState()
+	nodes := nodeInfos(names...)
+	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			// Another pod's 2Gi claim lands on and leaves d0 of n0..n7.
+			other := makePVC(fmt.Sprintf("o%d", i), diskfitClass, 2*gi).placed(names[i%8], "d0").PersistentVolumeClaim
+			env.pl.ledger.SetPVC(other)
+			env.pl.ledger.SetDiskNode(diskNode(names[i%8], freeDisk("d0", 4*gi), freeDisk("d1", 2*gi)))
+			env.pl.ledger.DeletePVC(other)
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, ni := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 200; j++ {
+				status := env.pl.Filter(env.ctx, state, pod, ni)
+				// 3Gi fits on d0 unless the other claim holds it (then
+				// 2Gi are left): both answers are valid, nothing else is.
+				if !status.IsSuccess() && !strings.Contains(status.Message(), "largest free disk d0 has 2Gi") {
+					t.Errorf("Filter on %s: %v", ni.Node().Name, status)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	<-done
+	for _, ni := range nodes {
+		checkStatus(t, "Filter after the events", env.pl.Filter(env.ctx, state, pod, ni), wantStatus{fwk.Success, ""})
+	}
 }

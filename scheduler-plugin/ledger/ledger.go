@@ -465,6 +465,7 @@ type ErrDoesNotFit struct {
 	Reason string
 }
 
+// Error names the node and the shortfall.
 func (e *ErrDoesNotFit) Error() string {
 	return fmt.Sprintf("node %s: %s", e.Node, e.Reason)
 }
