@@ -309,24 +309,20 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged", req.GetVolumeId())
 	}
 	block := vc.GetBlock() != nil
-	source := staging
-	if block {
-		source = dev
-	} else if mounted, err := d.mountedDevice(staging); err != nil {
-		return nil, toStatus(err)
-	} else if mounted != dev {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
-	}
-	others, err := publications(dev, block, staging, target)
+	view, err := mountsOf(dev, block, staging, target)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if len(others) > 0 && vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", req.GetVolumeId(), strings.Join(others, ", "))
+	source := staging
+	if block {
+		source = dev
+	} else if view.staged != dev {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
 	}
-	if mounted, err := d.isMountPoint(target); err != nil {
-		return nil, toStatus(err)
-	} else if mounted {
+	if len(view.others) > 0 && vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", req.GetVolumeId(), strings.Join(view.others, ", "))
+	}
+	if view.targetMounted {
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	if err := makeTarget(target, block); err != nil {
@@ -387,24 +383,36 @@ func makeTarget(target string, block bool) error {
 	return f.Close()
 }
 
-// publications lists where dev is published besides staging and target,
-// read from mountinfo: a Filesystem volume's bind mounts have the device as
-// source; a Block volume's bind mounts are of the device node in devtmpfs.
-func publications(dev string, block bool, staging, target string) ([]string, error) {
+// mountView is what the mount table says about one volume.
+type mountView struct {
+	// staged is the source mounted at the staging path, "" if none.
+	staged string
+	// targetMounted says whether something is mounted at the target.
+	targetMounted bool
+	// others are the volume's publications besides staging and target.
+	others []string
+}
+
+// mountsOf reads the mount table once for everything NodePublishVolume
+// needs to know: a Filesystem volume's bind mounts have the device as
+// source; a Block volume's are bind mounts of the device node in devtmpfs.
+func mountsOf(dev string, block bool, staging, target string) (mountView, error) {
 	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
 	if err != nil {
-		return nil, fmt.Errorf("reading mountinfo: %w", err)
+		return mountView{}, fmt.Errorf("reading mountinfo: %w", err)
 	}
-	var paths []string
+	var v mountView
 	for _, mi := range infos {
-		if mi.MountPoint == staging || mi.MountPoint == target {
-			continue
-		}
-		if (!block && mi.Source == dev) || (block && mi.FsType == "devtmpfs" && mi.Root == "/"+filepath.Base(dev)) {
-			paths = append(paths, mi.MountPoint)
+		switch {
+		case mi.MountPoint == staging:
+			v.staged = mi.Source
+		case mi.MountPoint == target:
+			v.targetMounted = true
+		case (!block && mi.Source == dev) || (block && mi.FsType == "devtmpfs" && mi.Root == "/"+filepath.Base(dev)):
+			v.others = append(v.others, mi.MountPoint)
 		}
 	}
-	return paths, nil
+	return v, nil
 }
 
 // NodeUnpublishVolume implements csi.NodeServer: unmount and remove the
