@@ -27,8 +27,12 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build diskfit's binaries into bin/.
-	GOBIN=$(BIN) $(GO) install ./cmd/...
+build: ## Build diskfit's binaries and the local-cluster runner into bin/.
+	$(GO) build -o $(BIN)/ ./cmd/... ./test/cmd/localcluster
+
+.PHONY: demo
+demo: deps tools build ## Run diskfit locally: a 3-node cluster, one StatefulSet under diskfit and under the default scheduler. Needs root; KEEP=1 leaves it running.
+	$(BIN)/localcluster demo
 
 # Tools are pinned in hack/tools/go.mod. The stamp makes them build once and
 # rebuild only when that pin changes.

@@ -42,6 +42,9 @@ type Options struct {
 	// LogDir receives the components' logs; empty keeps them with the run's
 	// other files, which Stop removes.
 	LogDir string
+	// CapacityPollInterval is how often external-provisioner refreshes
+	// CSIStorageCapacity (its own default is one minute); 0 means 5s.
+	CapacityPollInterval time.Duration
 }
 
 // Cluster is a running local cluster.

@@ -140,7 +140,7 @@ func (n *Node) startProvisioner() error {
 		"--enable-capacity",
 		// No pod owns the CSIStorageCapacity objects here.
 		"--capacity-ownerref-level=-1",
-		"--capacity-poll-interval=5s",
+		"--capacity-poll-interval=" + n.cluster.capacityPollInterval().String(),
 		"--retry-interval-start=500ms",
 		"--retry-interval-max=5s",
 		"--timeout=60s",
@@ -228,6 +228,13 @@ func (c *Cluster) registerCSINode(ctx context.Context, name string) error {
 	}
 	_, err = c.Client.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{})
 	return err
+}
+
+func (c *Cluster) capacityPollInterval() time.Duration {
+	if c.opts.CapacityPollInterval > 0 {
+		return c.opts.CapacityPollInterval
+	}
+	return 5 * time.Second
 }
 
 func (n *Node) stop() {

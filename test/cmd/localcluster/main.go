@@ -1,10 +1,12 @@
 // Command localcluster runs a whole diskfit cluster on this machine without
-// Docker (see package test/cluster) until it is interrupted.
+// Docker (see package test/cluster).
 //
-//	localcluster up [--kubeconfig-out PATH]
+//	localcluster up [--kubeconfig-out PATH]   run until interrupted
+//	localcluster demo [--keep]                the README's demo
 //
-// It prints the admin kubeconfig path once every node is ready. SIGINT or
-// SIGTERM stop it and remove every mount, loop device and file it made.
+// `up` prints the admin kubeconfig path once every node is ready. SIGINT or
+// SIGTERM stop either command and remove every mount, loop device and file
+// it made.
 package main
 
 import (
@@ -23,37 +25,44 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "up" {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up [flags]")
+	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "demo") {
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|demo [flags]")
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	repo := fs.String("repo", "", "repository root (default: found from the working directory)")
 	binDir := fs.String("bin-dir", "", "directory with diskfit-csi, diskfit-scheduler and csi-provisioner (default: <repo>/bin)")
 	kubeconfigOut := fs.String("kubeconfig-out", "", "also copy the admin kubeconfig here")
 	logDir := fs.String("log-dir", "", "write component logs here and keep them (default: removed on exit)")
+	keep := fs.Bool("keep", os.Getenv("KEEP") == "1", "demo: leave the cluster running at the end (default $KEEP=1)")
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[2:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := up(ctx, *repo, *binDir, *kubeconfigOut, *logDir); err != nil {
+	opts := cluster.Options{RepoRoot: *repo, BinDir: *binDir, Nodes: cluster.DefaultNodes(), LogDir: *logDir}
+	var err error
+	if opts.RepoRoot == "" {
+		opts.RepoRoot, err = findRepo()
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = filepath.Join(opts.RepoRoot, "bin")
+	}
+	if err == nil {
+		if os.Args[1] == "demo" {
+			err = demo(ctx, opts, *keep)
+		} else {
+			err = up(ctx, opts, *kubeconfigOut)
+		}
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "localcluster:", err)
 		os.Exit(1)
 	}
 }
 
-func up(ctx context.Context, repo, binDir, kubeconfigOut, logDir string) error {
-	if repo == "" {
-		var err error
-		if repo, err = findRepo(); err != nil {
-			return err
-		}
-	}
-	if binDir == "" {
-		binDir = filepath.Join(repo, "bin")
-	}
-	c, err := cluster.Start(ctx, cluster.Options{RepoRoot: repo, BinDir: binDir, Nodes: cluster.DefaultNodes(), LogDir: logDir})
+func up(ctx context.Context, opts cluster.Options, kubeconfigOut string) error {
+	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
+	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
+)
+
+// diskFitModel is the DiskFit plugin's decision path without the
+// framework around it, on the plugin's own packages: Filter is
+// ledger.Disks then packing.Pack (filter.go), Score is packing.Score of
+// that packing scaled to the framework's range (score.go), Reserve is
+// ledger.Reserve (reserve.go). Made volumes reach the ledger as the
+// scheduler would learn of them: a PV on the disk and a DiskNode update
+// from the node plugin.
+type diskFitModel struct {
+	l         *ledger.Ledger
+	opts      packing.Options
+	in        *Input
+	diskNodes []*v1alpha1.DiskNode
+	version   uint64
+	diskBuf   [packing.MaxInlineDisks]packing.Disk
+	assignBuf [16]int
+}
+
+// diskFitOptions maps DiskFitArgs, defaulted as the scheduler defaults
+// them, to packing.Options, as the plugin's New does; strategy overrides
+// the scoring strategy when not empty.
+func diskFitOptions(strategy configv1.ScoringStrategyType) packing.Options {
+	args := &configv1.DiskFitArgs{}
+	if strategy != "" {
+		args.ScoringStrategy = &configv1.ScoringStrategy{Type: strategy}
+	}
+	configv1.SetDefaults_DiskFitArgs(args)
+	opts := packing.Options{Strategy: packing.MostAllocated, MaxExactClaims: int(*args.MaxExactClaims)}
+	if args.ScoringStrategy.Type == configv1.LeastAllocated {
+		opts.Strategy = packing.LeastAllocated
+	}
+	if opts.MaxExactClaims == 0 {
+		opts.MaxExactClaims = -1
+	}
+	return opts
+}
+
+func newDiskFitModel(in *Input, opts packing.Options) *diskFitModel {
+	m := &diskFitModel{l: ledger.New(), opts: opts, in: in, diskNodes: make([]*v1alpha1.DiskNode, len(in.Nodes))}
+	for i, n := range in.Nodes {
+		dn := &v1alpha1.DiskNode{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+		for _, d := range n.Disks {
+			dn.Status.Disks = append(dn.Status.Disks, v1alpha1.DiskStatus{
+				Name:          d.Name,
+				Backend:       v1alpha1.BackendFile,
+				DeviceClass:   d.DeviceClass,
+				CapacityBytes: d.Capacity,
+				FreeBytes:     d.Free,
+				Healthy:       true,
+			})
+		}
+		m.diskNodes[i] = dn
+		m.publish(i)
+	}
+	return m
+}
+
+// publish hands node i's DiskNode to the ledger with a newer
+// resourceVersion, as an informer update would.
+func (m *diskFitModel) publish(i int) {
+	m.version++
+	m.diskNodes[i].ResourceVersion = strconv.FormatUint(m.version, 10)
+	m.l.SetDiskNode(m.diskNodes[i])
+}
+
+func (m *diskFitModel) pack(n int, claims []packing.Claim) ([]packing.Disk, []int, bool) {
+	disks, info := m.l.Disks(m.in.Nodes[n].Name, m.diskBuf[:0])
+	if !info.HasDiskNode {
+		return nil, nil, false
+	}
+	assign := m.assignBuf[:len(claims)]
+	return disks, assign, packing.Pack(disks, claims, m.opts, assign)
+}
+
+func (m *diskFitModel) filter(n int, claims []packing.Claim) bool {
+	_, _, ok := m.pack(n, claims)
+	return ok
+}
+
+func (m *diskFitModel) score(n int, claims []packing.Claim) int64 {
+	disks, assign, ok := m.pack(n, claims)
+	if !ok {
+		return fwk.MinNodeScore
+	}
+	return fwk.MinNodeScore + packing.Score(disks, claims, assign, m.opts.Strategy, nil, fwk.MaxNodeScore-fwk.MinNodeScore)
+}
+
+func (m *diskFitModel) reserve(pod *Pod, n int, claims []packing.Claim) []int {
+	names, err := m.l.Reserve(types.UID(pod.Name), m.in.Nodes[n].Name, claims, m.opts)
+	if err != nil {
+		// Filter passed on the same ledger a moment ago; a failure here
+		// is a bug the run must not hide.
+		panic(fmt.Sprintf("ledger.Reserve after a passing Filter: %v", err))
+	}
+	chosen := make([]int, len(names))
+	for i, name := range names {
+		chosen[i] = diskIndex(m.in.Nodes[n].Disks, name)
+	}
+	return chosen
+}
+
+func diskIndex(disks []packing.Disk, name string) int {
+	for j := range disks {
+		if disks[j].Name == name {
+			return j
+		}
+	}
+	panic("unknown disk " + name)
+}
+
+func (m *diskFitModel) unreserve(pod *Pod) { m.l.Unreserve(types.UID(pod.Name)) }
+
+func (m *diskFitModel) provisioned(n, d int, c *packing.Claim) {
+	node, disk := m.in.Nodes[n].Name, m.in.Nodes[n].Disks[d].Name
+	m.l.SetPV(&v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + c.Key},
+		Spec: v1.PersistentVolumeSpec{
+			Capacity: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(c.Size, resource.BinarySI)},
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+				Driver:           diskfit.DriverName,
+				VolumeHandle:     disk + "/" + c.Key,
+				VolumeAttributes: map[string]string{diskfit.VolumeContextDiskKey: disk},
+			}},
+			ClaimRef: &v1.ObjectReference{Namespace: "default", Name: c.Key, UID: types.UID(c.Key)},
+			NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+				MatchExpressions: []v1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: v1.NodeSelectorOpIn, Values: []string{node}}},
+			}}}},
+		},
+	})
+	m.diskNodes[n].Status.Disks[d].FreeBytes -= c.Size
+	m.publish(n)
+}
+
+// capacityModel is a scheduler that knows one or two numbers per node,
+// always current (the most generous assumption: a real
+// CSIStorageCapacity is up to a poll interval old), and leaves the disk
+// to the driver.
+//
+// With joint false it is kube-scheduler's VolumeBinding with storage
+// capacity tracking: every claim is checked on its own against
+// maximumVolumeSize (binder.go hasEnoughCapacity via volumeLimit, which
+// prefers maximumVolumeSize over capacity). With joint true it is a
+// TopoLVM-style node capacity: the sum of the pod's claims against the
+// sum of the node's free space.
+//
+// Both score as VolumeBinding does with StorageCapacityScoring (beta, on
+// by default since 1.37) and its default shape {0%: 10, 100%: 0}: 100
+// minus the percentage of the node's capacity the pod's claims request
+// (scorer.go, one storage class), so emptier nodes win. Other score
+// plugins are taken to rate every node alike: the simulated pods request
+// no CPU or memory and carry no affinity.
+type capacityModel struct {
+	c     *cluster
+	joint bool
+}
+
+func (m *capacityModel) filter(n int, claims []packing.Claim) bool {
+	total, largest := m.c.capacity(n)
+	if m.joint {
+		var sum int64
+		for _, c := range claims {
+			sum += c.Size
+		}
+		return sum <= total
+	}
+	for _, c := range claims {
+		if c.Size > largest {
+			return false
+		}
+	}
+	return true
+}
+
+func (m *capacityModel) score(n int, claims []packing.Claim) int64 {
+	total, _ := m.c.capacity(n)
+	var requested int64
+	for _, c := range claims {
+		requested += c.Size
+	}
+	return volumeBindingScore(requested, total)
+}
+
+// volumeBindingScore is VolumeBinding's capacity score with the default
+// shape, scaled to the framework's range as VolumeBinding's New scales it.
+func volumeBindingScore(requested, capacity int64) int64 {
+	const maxUtilization = 100
+	if capacity == 0 || requested > capacity {
+		return 0
+	}
+	// Bytes times 100 stay far below 2^63 for any real disk.
+	util := requested * maxUtilization / capacity
+	return fwk.MaxNodeScore - util*fwk.MaxNodeScore/maxUtilization
+}
+
+func (m *capacityModel) reserve(*Pod, int, []packing.Claim) []int { return nil }
+func (m *capacityModel) unreserve(*Pod)                           {}
+func (m *capacityModel) provisioned(int, int, *packing.Claim)     {}

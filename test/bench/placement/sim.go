@@ -1,0 +1,299 @@
+package main
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
+)
+
+// model is one way of placing pods: the scheduler's Filter and Score over
+// its view of the cluster, and who chooses each volume's disk.
+type model interface {
+	// filter reports whether the scheduler would let claims go to node n.
+	filter(n int, claims []packing.Claim) bool
+	// score rates node n for claims; higher wins.
+	score(n int, claims []packing.Claim) int64
+	// reserve returns the disk index the scheduler chose per claim on node
+	// n, or nil when the driver chooses (no diskfit.io/selected-disk).
+	reserve(pod *Pod, n int, claims []packing.Claim) []int
+	// unreserve releases what reserve holds for a pod whose provisioning
+	// failed, as Unreserve does when external-provisioner gives up.
+	unreserve(pod *Pod)
+	// provisioned reports a volume made on node n, disk d: the PV and the
+	// node plugin's DiskNode update the scheduler then sees.
+	provisioned(n, d int, c *packing.Claim)
+}
+
+// cluster is the truth: what every disk really has free, which is what
+// the driver checks in CreateVolume.
+type cluster struct {
+	in   *Input
+	free [][]int64
+}
+
+func newCluster(in *Input) *cluster {
+	c := &cluster{in: in, free: make([][]int64, len(in.Nodes))}
+	for i, n := range in.Nodes {
+		c.free[i] = make([]int64, len(n.Disks))
+		for j, d := range n.Disks {
+			c.free[i][j] = d.Free
+		}
+	}
+	return c
+}
+
+// disks returns node n's disks with their current free space.
+func (c *cluster) disks(n int, buf []packing.Disk) []packing.Disk {
+	buf = append(buf[:0], c.in.Nodes[n].Disks...)
+	for j := range buf {
+		buf[j].Free = c.free[n][j]
+	}
+	return buf
+}
+
+// capacity is what the driver's GetCapacity publishes for node n:
+// CSIStorageCapacity.capacity (total free) and maximumVolumeSize (largest
+// single-disk free).
+func (c *cluster) capacity(n int) (total, largest int64) {
+	for _, f := range c.free[n] {
+		total += f
+		largest = max(largest, f)
+	}
+	return total, largest
+}
+
+// bestFitDisk is the driver's own choice for a volume without a disk
+// annotation (csi-driver/driver/controller.go placeVolume): the disk with
+// the least free space that still holds the volume, the first on ties;
+// -1 is ResourceExhausted.
+func (c *cluster) bestFitDisk(n int, size int64) int {
+	best := -1
+	for j, f := range c.free[n] {
+		if f >= size && (best < 0 || f < c.free[n][best]) {
+			best = j
+		}
+	}
+	return best
+}
+
+// Options configure a run.
+type Options struct {
+	// PercentageOfNodesToScore is kube-scheduler's setting; 0 is its
+	// adaptive default.
+	PercentageOfNodesToScore int32
+	// MaxReschedules bounds the reschedules of one pod; past it the pod
+	// stays Pending.
+	MaxReschedules int
+	// Seed drives the scheduler's tie-breaks.
+	Seed uint64
+}
+
+// Result is what one model achieved on one input.
+type Result struct {
+	Model string
+	// Placed counts pods with every volume made; PlacedBytes sums their
+	// claims.
+	Placed      int
+	PlacedBytes int64
+	// Pending counts pods never placed; Stuck are those among them with
+	// some volumes made on a node that cannot take the rest, and
+	// StrandedBytes is the space those volumes hold for no running pod.
+	Pending       int
+	Stuck         int
+	StrandedBytes int64
+	// ResourceExhausted counts CreateVolume calls that found no room;
+	// Reschedules counts the scheduling attempts they caused.
+	ResourceExhausted int
+	Reschedules       int
+	// PendingCouldFit counts pending pods whose claims would all fit
+	// together on some node at the end of the run.
+	PendingCouldFit int
+	// Elapsed is the wall time of the run.
+	Elapsed time.Duration
+}
+
+// minFeasibleNodesToFind and minFeasibleNodesPercentageToFind are
+// kube-scheduler's constants (pkg/scheduler/schedule_one.go).
+const (
+	minFeasibleNodesToFind           = 100
+	minFeasibleNodesPercentageToFind = 5
+)
+
+// numFeasibleNodesToFind is kube-scheduler's rule for how many feasible
+// nodes it looks for before scoring: in a large cluster it stops early, so
+// a pod is scored against a rotating part of the cluster, not all of it.
+func numFeasibleNodesToFind(percentage int32, numAllNodes int32) int32 {
+	if numAllNodes < minFeasibleNodesToFind {
+		return numAllNodes
+	}
+	if percentage == 0 {
+		percentage = max(int32(50)-numAllNodes/125, minFeasibleNodesPercentageToFind)
+	}
+	n := numAllNodes * percentage / 100
+	return max(n, minFeasibleNodesToFind)
+}
+
+// scheduler is the part of kube-scheduler every model shares: where the
+// search for feasible nodes starts, how many it looks for, and the
+// random choice among the best-scoring ones.
+type scheduler struct {
+	pct      int32
+	next     int
+	rng      *rand.Rand
+	feasible []int
+}
+
+// schedule returns the node for claims, or -1 when no node passes filter.
+// skip excludes nodes; pinned >= 0 restricts the pod to one node, as the
+// node affinity of already provisioned local PVs does.
+func (s *scheduler) schedule(m model, numNodes int, claims []packing.Claim, skip map[int]bool, pinned int) int {
+	if pinned >= 0 {
+		if m.filter(pinned, claims) {
+			return pinned
+		}
+		return -1
+	}
+	want := int(numFeasibleNodesToFind(s.pct, int32(numNodes)))
+	s.feasible = s.feasible[:0]
+	processed := 0
+	for i := 0; i < numNodes && len(s.feasible) < want; i++ {
+		n := (s.next + i) % numNodes
+		processed++
+		if !skip[n] && m.filter(n, claims) {
+			s.feasible = append(s.feasible, n)
+		}
+	}
+	s.next = (s.next + processed) % numNodes
+	switch len(s.feasible) {
+	case 0:
+		return -1
+	case 1:
+		// kube-scheduler skips scoring for a single feasible node.
+		return s.feasible[0]
+	}
+	// selectHost: the highest score, ties broken uniformly at random by
+	// reservoir sampling.
+	best, bestScore, ties := -1, int64(0), 0
+	for _, n := range s.feasible {
+		sc := m.score(n, claims)
+		switch {
+		case best < 0 || sc > bestScore:
+			best, bestScore, ties = n, sc, 1
+		case sc == bestScore:
+			ties++
+			if s.rng.IntN(ties) == 0 {
+				best = n
+			}
+		}
+	}
+	return best
+}
+
+// Run schedules the input's pods one at a time, in stream order, with m,
+// and makes each volume as the driver would. A pod that no node passes is
+// left Pending for good: free space only shrinks during a run, so it
+// would never pass later either.
+func Run(name string, in *Input, c *cluster, m model, opts Options) Result {
+	start := time.Now()
+	res := Result{Model: name}
+	s := &scheduler{pct: opts.PercentageOfNodesToScore, rng: rand.New(rand.NewPCG(opts.Seed, 0x2545f4914f6cdd1d))}
+	var pending []int
+	remaining := make([]packing.Claim, 0, 8)
+	for pi := range in.Pods {
+		pod := &in.Pods[pi]
+		remaining = append(remaining[:0], pod.Claims...)
+		pinned := -1
+		var skip map[int]bool
+		var made int64
+		placed := false
+		for attempt := 0; ; attempt++ {
+			n := s.schedule(m, len(in.Nodes), remaining, skip, pinned)
+			if n < 0 {
+				break
+			}
+			chosen := m.reserve(pod, n, remaining)
+			failed := remaining[:0:0]
+			for ci := range remaining {
+				cl := &remaining[ci]
+				d := -1
+				if chosen != nil {
+					// The driver honours the annotated disk or refuses.
+					if d = chosen[ci]; c.free[n][d] < cl.Size {
+						d = -1
+					}
+				} else {
+					d = c.bestFitDisk(n, cl.Size)
+				}
+				if d < 0 {
+					res.ResourceExhausted++
+					failed = append(failed, *cl)
+					continue
+				}
+				c.free[n][d] -= cl.Size
+				made += cl.Size
+				m.provisioned(n, d, cl)
+			}
+			if len(failed) == 0 {
+				placed = true
+				break
+			}
+			m.unreserve(pod)
+			if attempt >= opts.MaxReschedules {
+				break
+			}
+			res.Reschedules++
+			if len(failed) < len(remaining) {
+				// Bound local PVs pin the pod to this node.
+				pinned = n
+			} else {
+				// Nothing was made: external-provisioner drops
+				// selected-node and the scheduler tries again. A real
+				// scheduler would see the same inputs and could pick the
+				// same node again; skipping it is generous to the model.
+				if skip == nil {
+					skip = map[int]bool{}
+				}
+				skip[n] = true
+			}
+			remaining = append(remaining[:0], failed...)
+		}
+		if placed {
+			res.Placed++
+			res.PlacedBytes += pod.Bytes()
+			continue
+		}
+		res.Pending++
+		if made > 0 {
+			res.Stuck++
+			res.StrandedBytes += made
+		}
+		pending = append(pending, pi)
+	}
+	res.PendingCouldFit = couldFit(in, c, pending)
+	res.Elapsed = time.Since(start)
+	return res
+}
+
+// couldFit counts the pods whose claims all fit together on some node of
+// c, checked exactly with packing.Pack (exhaustive for up to
+// packing.DefaultMaxExactClaims claims).
+func couldFit(in *Input, c *cluster, pods []int) int {
+	var buf []packing.Disk
+	assign := make([]int, 8)
+	count := 0
+	for _, pi := range pods {
+		claims := in.Pods[pi].Claims
+		if len(assign) < len(claims) {
+			assign = make([]int, len(claims))
+		}
+		for n := range in.Nodes {
+			buf = c.disks(n, buf)
+			if packing.Pack(buf, claims, packing.Options{}, assign[:len(claims)]) {
+				count++
+				break
+			}
+		}
+	}
+	return count
+}
