@@ -330,8 +330,9 @@ func TestReserveNeverDoubleBooks(t *testing.T) {
 	if status := env.pl.Reserve(env.ctx, stateA, podA, "n1"); !status.IsSuccess() {
 		t.Fatalf("Reserve A: %v", status)
 	}
+	// Losing the race is an error, so the pod is retried after a backoff.
 	checkStatus(t, "Reserve B", env.pl.Reserve(env.ctx, stateB, podB, "n1"),
-		wantStatus{fwk.Unschedulable, "largest free disk d0 has 1Gi, pod needs 3Gi"})
+		wantStatus{fwk.Error, "largest free disk d0 has 1Gi, pod needs 3Gi"})
 	checkStatus(t, "Filter B after A reserved", env.pl.Filter(env.ctx, stateB, podB, nodes[0]),
 		wantStatus{fwk.UnschedulableAndUnresolvable, "has 1Gi"})
 

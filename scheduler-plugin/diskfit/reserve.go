@@ -20,12 +20,16 @@ func (pl *DiskFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 	logger := klog.FromContext(ctx)
 	if s, err := pl.getState(cs); err == nil && len(s.claims) > 0 {
 		disks, err := pl.ledger.Reserve(pod.UID, nodeName, s.claims, pl.opts)
-		var noFit *ledger.ErrDoesNotFit
-		if errors.As(err, &noFit) {
-			filterRejections.WithLabelValues(reasonNoSpace).Inc()
-			return fwk.NewStatus(fwk.Unschedulable, noFit.Error())
-		}
 		if err != nil {
+			// Another pod took the space between Filter and Reserve. An
+			// error, not Unschedulable, sends the pod to the backoff queue
+			// to be placed again soon, elsewhere if need be: as
+			// Unschedulable it would wait for an event saying space
+			// appeared, and losing a race produces none.
+			var noFit *ledger.ErrDoesNotFit
+			if errors.As(err, &noFit) {
+				filterRejections.WithLabelValues(reasonNoSpace).Inc()
+			}
 			return fwk.AsStatus(err)
 		}
 		reservationsHeld.Set(float64(pl.ledger.Reservations()))
