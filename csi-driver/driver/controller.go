@@ -94,6 +94,8 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
+	// A copy may be larger than asked for: never smaller than its source.
+	size = creq.SizeBytes
 	target, err := d.placeVolume(ctx, req.GetParameters(), size, srcDisk)
 	if err != nil {
 		return nil, err
