@@ -124,11 +124,6 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating staging path: %v", err)
 	}
-	if fsType == "ext4" {
-		if err := d.growExtOffline(ctx, dev); err != nil {
-			return nil, toStatus(err)
-		}
-	}
 	opts := append([]string{}, mnt.GetMountFlags()...)
 	if fsType == "xfs" {
 		// Snapshots and clones carry their source's filesystem UUID; XFS
@@ -158,6 +153,11 @@ func (d *Driver) formatAndMount(ctx context.Context, dk *disk, key, dev, target,
 	}
 	// A read-only mount must not format; SafeFormatAndMount says so.
 	if !blank || slices.Contains(opts, "ro") {
+		if fsType == "ext4" {
+			if err := d.growExtOffline(ctx, dev); err != nil {
+				return err
+			}
+		}
 		return d.mounter.FormatAndMount(dev, target, fsType, opts)
 	}
 	args := []string{"-f", dev}
