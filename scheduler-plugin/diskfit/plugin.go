@@ -142,12 +142,9 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		pvcIndexer: h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Informer().GetIndexer(),
 		noClaims:   &stateData{},
 		scLister:   h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
-		opts:       packing.Options{Strategy: strategy(args.ScoringStrategy.Type), MaxExactClaims: int(args.MaxExactClaims)},
+		opts:       PackingOptions(args),
 		maxAge:     args.MaxDiskNodeAge.Duration,
 		now:        o.Now,
-	}
-	if args.MaxExactClaims == 0 {
-		pl.opts.MaxExactClaims = -1
 	}
 	if pl.now == nil {
 		pl.now = time.Now
@@ -265,11 +262,19 @@ func volumeBindingArgs(args *config.DiskFitArgs, fts feature.Features) (*schedco
 	return out, nil
 }
 
-func strategy(t config.ScoringStrategyType) packing.Strategy {
-	if t == config.LeastAllocated {
-		return packing.LeastAllocated
+// PackingOptions translates validated args into the packing options the
+// plugin uses, for simulations that run the packing without a scheduler.
+func PackingOptions(args *config.DiskFitArgs) packing.Options {
+	opts := packing.Options{Strategy: packing.MostAllocated, MaxExactClaims: int(args.MaxExactClaims)}
+	if args.ScoringStrategy.Type == config.LeastAllocated {
+		opts.Strategy = packing.LeastAllocated
 	}
-	return packing.MostAllocated
+	if args.MaxExactClaims == 0 {
+		// 0 in the args means "greedy only"; in packing.Options it means
+		// the default.
+		opts.MaxExactClaims = -1
+	}
+	return opts
 }
 
 // watchVolumes feeds PVs and PVCs from the scheduler's shared informers into

@@ -25,6 +25,7 @@ import (
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
 type wantStatus struct {
@@ -550,5 +551,17 @@ func TestConcurrentFilterAndEvents(t *testing.T) {
 	<-done
 	for _, ni := range nodes {
 		checkStatus(t, "Filter after the events", env.pl.Filter(env.ctx, state, pod, ni), wantStatus{fwk.Success, ""})
+	}
+}
+
+func TestPackingOptions(t *testing.T) {
+	args := DefaultArgs()
+	if got := PackingOptions(args); got.Strategy != packing.MostAllocated || got.MaxExactClaims != 8 {
+		t.Errorf("defaults: %+v", got)
+	}
+	args.ScoringStrategy.Type = config.LeastAllocated
+	args.MaxExactClaims = 0
+	if got := PackingOptions(args); got.Strategy != packing.LeastAllocated || got.MaxExactClaims >= 0 {
+		t.Errorf("LeastAllocated, greedy only: %+v", got)
 	}
 }
