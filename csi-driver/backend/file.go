@@ -303,8 +303,13 @@ func allocate(f *os.File, size int64) error {
 	return nil
 }
 
-// DeleteVolume implements Backend.
+// DeleteVolume implements Backend. On an unhealthy disk it fails rather
+// than succeed on a path that no longer holds the volume: an unmounted
+// disk's directory is empty, and "deleted" would orphan the volume.
 func (f *File) DeleteVolume(ctx context.Context, key string) error {
+	if err := f.Health(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnhealthy, err)
+	}
 	devs, err := loop.FindAll(ctx, f.volumeFile(key))
 	if err != nil {
 		return err
@@ -341,8 +346,12 @@ func (f *File) removePair(_ context.Context, dir, key string) error {
 	return syncDir(dir)
 }
 
-// GetVolume implements Backend.
-func (f *File) GetVolume(_ context.Context, key string) (*Volume, error) {
+// GetVolume implements Backend. An unhealthy disk answers ErrUnhealthy,
+// not ErrNotFound: the volume may well exist once the disk is back.
+func (f *File) GetVolume(ctx context.Context, key string) (*Volume, error) {
+	if err := f.Health(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnhealthy, err)
+	}
 	var vol Volume
 	if err := readRecord(filepath.Join(f.volumes, key+metaSuffix), &vol, &vol.State); err != nil {
 		return nil, err
@@ -513,13 +522,20 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	return snap, nil
 }
 
-// DeleteSnapshot implements Backend.
+// DeleteSnapshot implements Backend; like DeleteVolume it refuses to
+// work on an unhealthy disk.
 func (f *File) DeleteSnapshot(ctx context.Context, key string) error {
+	if err := f.Health(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnhealthy, err)
+	}
 	return f.removeRecordFirst(f.snapshots, key)
 }
 
-// GetSnapshot implements Backend.
-func (f *File) GetSnapshot(_ context.Context, key string) (*Snapshot, error) {
+// GetSnapshot implements Backend; see GetVolume for an unhealthy disk.
+func (f *File) GetSnapshot(ctx context.Context, key string) (*Snapshot, error) {
+	if err := f.Health(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnhealthy, err)
+	}
 	var snap Snapshot
 	if err := readRecord(filepath.Join(f.snapshots, key+metaSuffix), &snap, &snap.State); err != nil {
 		return nil, err

@@ -267,7 +267,18 @@ func TestVolumeHealthAndDiskNode(t *testing.T) {
 		t.Errorf("volume without its backing file reported %v, %v", h, err)
 	}
 
+	onTwo := createReq("pvc-on-two-before", 400*mi)
+	onTwo.Parameters = e.addPVC(t, "pvc-on-two-before", map[string]string{
+		"volume.kubernetes.io/selected-node": testNode, "diskfit.io/selected-disk": "two"})
+	volTwo := e.mustCreate(t, onTwo)
+
 	testdisk.Run(t, "umount", e.paths["two"])
+	// The volume still exists on the unmounted disk: deleting it now must
+	// not report success, and it is not "not found" either.
+	_, err = e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: volTwo.VolumeId})
+	wantCode(t, err, codes.Unavailable)
+	_, err = e.d.ControllerGetVolume(e.ctx, &csi.ControllerGetVolumeRequest{VolumeId: volTwo.VolumeId})
+	wantCode(t, err, codes.Unavailable)
 	e.d.publish(e.ctx)
 	dn, err = e.diskfit.DiskfitV1alpha1().DiskNodes().Get(e.ctx, testNode, metav1.GetOptions{})
 	if err != nil {
