@@ -43,10 +43,18 @@ import (
 //
 // With csi-test v5.6.0 that is 132 specs run and passed, 25 skipped on the
 // XFS disk and 47 on the ext4 disk (the 22 snapshot and clone specs more).
+//
+// The drivers start in BeforeSuite, not before RunSpecs: Ginkgo exits the
+// process on a configuration error (go test -count=2, for one) before any
+// spec runs, and disks made earlier would stay mounted. The cleanups are
+// the test's own, so they run when TestSanity returns, failed or not.
 func TestSanity(t *testing.T) {
 	testdisk.Require(t)
-	xfs := startDriver(t, "xfs")
-	ext4 := startDriver(t, "ext4")
+	xfs, ext4 := &sanity.TestConfig{}, &sanity.TestConfig{}
+	BeforeSuite(func() {
+		*xfs = startDriver(t, "xfs")
+		*ext4 = startDriver(t, "ext4")
+	})
 	Describe("xfs disk with reflink", func() { sanity.GinkgoTest(xfs) })
 	Describe("ext4 disk without reflink", func() { sanity.GinkgoTest(ext4) })
 	RegisterFailHandler(Fail)
@@ -55,7 +63,7 @@ func TestSanity(t *testing.T) {
 
 // startDriver runs the driver on a fresh disk of fsType and returns the
 // sanity config for it. Cleanup stops the driver before the disk goes.
-func startDriver(t *testing.T, fsType string) *sanity.TestConfig {
+func startDriver(t *testing.T, fsType string) sanity.TestConfig {
 	disk := testdisk.New(t, fsType, 64<<30)
 	kubelet := testdisk.KubeletDir(t)
 	sock := filepath.Join(t.TempDir(), "csi.sock")
@@ -89,5 +97,5 @@ func startDriver(t *testing.T, fsType string) *sanity.TestConfig {
 			t.Fatal(err)
 		}
 	}
-	return &cfg
+	return cfg
 }
