@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -219,5 +220,49 @@ func TestNotReadyUntilStarted(t *testing.T) {
 	d.ready.Store(true)
 	if _, err := d.readyInterceptor(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/csi.v1.Controller/CreateVolume"}, handler); err != nil {
 		t.Errorf("after start: %v", err)
+	}
+}
+
+// TestStatusRetriesUntilNodeExists starts the driver before its Node
+// object exists, as happens when the driver's pod beats the node's
+// registration: the DiskNode appears soon after the Node does, without
+// waiting for the (here one hour) status interval.
+func TestStatusRetriesUntilNodeExists(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: gi}}, nil)
+	if err := e.kube.CoreV1().Nodes().Delete(e.ctx, testNode, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.d.cfg
+	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	if err := waitFor(ctx, func() (bool, error) {
+		acts := e.kube.Actions()
+		return len(acts) > 0 && acts[len(acts)-1].GetResource().Resource == "nodes", nil
+	}); err != nil {
+		t.Fatalf("waiting for the first publish attempt: %v", err)
+	}
+	if _, err := e.diskfit.DiskfitV1alpha1().DiskNodes().Get(ctx, testNode, metav1.GetOptions{}); err == nil {
+		t.Fatal("a DiskNode exists without its Node")
+	}
+	if _, err := e.kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "uid-new"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(ctx, func() (bool, error) {
+		dn, err := e.diskfit.DiskfitV1alpha1().DiskNodes().Get(ctx, testNode, metav1.GetOptions{})
+		return err == nil && len(dn.OwnerReferences) == 1 && dn.OwnerReferences[0].UID == "uid-new", nil
+	}); err != nil {
+		t.Fatalf("waiting for the DiskNode after the Node appeared: %v", err)
 	}
 }

@@ -60,31 +60,43 @@ func (d *Driver) Observe(ctx context.Context) *v1alpha1.DiskNodeStatus {
 	return st
 }
 
-// publish observes and publishes the status once.
-func (d *Driver) publish(ctx context.Context) {
+// publish observes and publishes the status once and reports whether it
+// reached the API.
+func (d *Driver) publish(ctx context.Context) bool {
 	if d.cfg.Status == nil {
-		return
+		return true
 	}
 	st := d.Observe(ctx)
 	if err := d.cfg.Status.Publish(ctx, st); err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing DiskNode status failed")
-		return
+		return false
 	}
 	klog.FromContext(ctx).V(4).Info("Published DiskNode status", "healthyDisks", st.HealthyDisks, "free", st.Free.String())
+	return true
 }
 
+// publishRetry is how soon a failed publish is tried again. A driver often
+// starts before its Node object exists, and the scheduler should not wait
+// a whole StatusInterval for the first DiskNode.
+const publishRetry = 2 * time.Second
+
 // statusLoop publishes at start, on every kick (create, delete, expand) and
-// every StatusInterval, so the scheduler's view is never older than that.
+// every StatusInterval, so the scheduler's view is never older than that;
+// after a failure it retries sooner.
 func (d *Driver) statusLoop(ctx context.Context) {
-	ticker := time.NewTicker(d.cfg.StatusInterval)
-	defer ticker.Stop()
 	for {
-		d.publish(ctx)
+		wait := d.cfg.StatusInterval
+		if !d.publish(ctx) {
+			wait = min(wait, publishRetry)
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case <-ticker.C:
+		case <-timer.C:
 		case <-d.kick:
+			timer.Stop()
 		}
 	}
 }
