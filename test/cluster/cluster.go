@@ -37,6 +37,9 @@ type Options struct {
 	RepoRoot string
 	// BinDir holds diskfit-csi, diskfit-scheduler and csi-provisioner.
 	BinDir string
+	// Self is a binary that runs RunKubelet when its first argument is
+	// KubeletCommand (the localcluster binary): one kubelet process per node.
+	Self string
 	// Nodes are the simulated nodes.
 	Nodes []NodeSpec
 	// LogDir receives the components' logs; empty keeps them with the run's

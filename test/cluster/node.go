@@ -8,9 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
@@ -32,8 +30,10 @@ type Node struct {
 	KubeletDir string
 
 	cluster     *Cluster
+	kubelet     *process
 	driver      *process
 	provisioner *process
+	registrar   *registrar
 }
 
 // DiskPath returns where the named disk is mounted on the host.
@@ -60,7 +60,7 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeSpec) (n *Node, err er
 			return n, fmt.Errorf("disk %s: %w", ds.Name, err)
 		}
 	}
-	if err := c.registerNode(ctx, n.Name); err != nil {
+	if err := n.startKubelet(ctx); err != nil {
 		return n, err
 	}
 	if err := n.startDriver(); err != nil {
@@ -69,7 +69,10 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeSpec) (n *Node, err er
 	if err := n.waitForDiskNode(ctx); err != nil {
 		return n, err
 	}
-	if err := c.registerCSINode(ctx, n.Name); err != nil {
+	if n.registrar, err = startRegistrar(n.KubeletDir, n.Socket); err != nil {
+		return n, err
+	}
+	if err := n.waitForCSINode(ctx); err != nil {
 		return n, err
 	}
 	if err := n.startProvisioner(); err != nil {
@@ -171,63 +174,65 @@ func (n *Node) waitForDiskNode(ctx context.Context) error {
 	return nil
 }
 
-// registerNode creates a Ready Node with the driver's topology label, as a
-// kubelet with the driver registered would.
-func (c *Cluster) registerNode(ctx context.Context, name string) error {
-	node := &v1.Node{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name,
-			Labels: map[string]string{
-				v1.LabelHostname:    name,
-				diskfit.TopologyKey: name,
-			},
-		},
-	}
-	created, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+// startKubelet runs the node's kubelet (RunKubelet) in a child process and
+// waits until it has registered the Node and reports it Ready.
+func (n *Node) startKubelet(ctx context.Context) error {
+	var err error
+	n.kubelet, err = startProcess("kubelet-"+n.Name, n.cluster.LogDir, n.cluster.opts.Self, []string{
+		KubeletCommand, "--node=" + n.Name, "--root-dir=" + n.KubeletDir, "--kubeconfig=" + n.cluster.Kubeconfig,
+	}, nil)
 	if err != nil {
-		return fmt.Errorf("creating Node: %w", err)
+		return err
 	}
-	resources := v1.ResourceList{
-		v1.ResourceCPU:    resource.MustParse("16"),
-		v1.ResourceMemory: resource.MustParse("64Gi"),
-		v1.ResourcePods:   resource.MustParse("250"),
-	}
-	created.Status = v1.NodeStatus{
-		Capacity:    resources,
-		Allocatable: resources,
-		Conditions: []v1.NodeCondition{{
-			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
-			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
-		}},
-	}
-	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating Node status: %w", err)
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if n.kubelet.exited() {
+			return false, n.kubelet.failure()
+		}
+		node, err := n.cluster.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == v1.NodeReady {
+				return c.Status == v1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for kubelet to register node %s: %w", n.Name, err)
 	}
 	return nil
 }
 
-// registerCSINode creates the CSINode the kubelet would create after the
-// driver registered with it.
-func (c *Cluster) registerCSINode(ctx context.Context, name string) error {
-	node, err := c.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+// waitForCSINode waits until the kubelet has registered the driver: the
+// CSINode lists it and the Node carries its topology label.
+func (n *Node) waitForCSINode(ctx context.Context) error {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		csiNode, err := n.cluster.Client.StorageV1().CSINodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		registered := false
+		for _, d := range csiNode.Spec.Drivers {
+			registered = registered || d.Name == diskfit.DriverName
+		}
+		if !registered {
+			return false, nil
+		}
+		node, err := n.cluster.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		return err == nil && node.Labels[diskfit.TopologyKey] == n.Name, err
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("waiting for the kubelet to register the driver on %s: %w", n.Name, err)
 	}
-	csiNode := &storagev1.CSINode{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name,
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID,
-			}},
-		},
-		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
-			Name:         diskfit.DriverName,
-			NodeID:       name,
-			TopologyKeys: []string{diskfit.TopologyKey},
-		}}},
-	}
-	_, err = c.Client.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{})
-	return err
+	return nil
 }
 
 func (c *Cluster) capacityPollInterval() time.Duration {
@@ -240,6 +245,12 @@ func (c *Cluster) capacityPollInterval() time.Duration {
 func (n *Node) stop() {
 	if n.provisioner != nil {
 		n.provisioner.stop(5 * time.Second)
+	}
+	if n.kubelet != nil {
+		n.kubelet.stop(10 * time.Second)
+	}
+	if n.registrar != nil {
+		n.registrar.stop()
 	}
 	if n.driver != nil {
 		n.driver.stop(10 * time.Second)

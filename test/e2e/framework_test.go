@@ -166,6 +166,22 @@ func waitPodScheduled(t *testing.T, ns, name string, timeout time.Duration) *v1.
 	return pod
 }
 
+// waitPodRunning waits until the kubelet reports the pod Running: its
+// volumes were staged and published by the driver on its node.
+func waitPodRunning(t *testing.T, ns, name string, timeout time.Duration) *v1.Pod {
+	t.Helper()
+	var pod *v1.Pod
+	err := wait.PollUntilContextTimeout(ctxFor(t, timeout+time.Second), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pod, err = kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && pod.Status.Phase == v1.PodRunning, err
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s not running: %v; events:\n%s", ns, name, err, events(t, ns, name))
+	}
+	return pod
+}
+
 // events returns the events of an object, one per line.
 func events(t *testing.T, ns, name string) string {
 	list, err := kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{

@@ -13,9 +13,9 @@ import (
 )
 
 // A storage-heavy StatefulSet with two claim templates of different sizes
-// spreads over nodes with uneven disks: every pod is scheduled, every claim
-// is bound on the disk its annotation names, no disk holds more than its
-// capacity.
+// spreads over nodes with uneven disks: every pod runs (the kubelet staged
+// and published both volumes), every claim is bound on the disk its
+// annotation names, no disk holds more than its capacity.
 func TestStorageHeavyStatefulSet(t *testing.T) {
 	ns := newNamespace(t)
 	class := newStorageClass(t, "")
@@ -30,7 +30,7 @@ func TestStorageHeavyStatefulSet(t *testing.T) {
 	}
 	bound := waitPVCsBound(t, ns, claims, 3*time.Minute)
 	for i := range replicas {
-		pod := waitPodScheduled(t, ns, fmt.Sprintf("db-%d", i), time.Minute)
+		pod := waitPodRunning(t, ns, fmt.Sprintf("db-%d", i), 2*time.Minute)
 		for _, c := range []string{fmt.Sprintf("data0-db-%d", i), fmt.Sprintf("data1-db-%d", i)} {
 			pvc := bound[c]
 			pv, err := kube.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})

@@ -2,8 +2,8 @@ package main
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
@@ -87,147 +87,185 @@ func pourBytes(sizes, disks []int64) int64 {
 	return total
 }
 
-// maxExactSteps bounds the exact solver; an instance that needs more is
-// reported as unsolved rather than with a wrong optimum.
-const maxExactSteps = 2_000_000
+// maxExactSteps bounds the exact solver's work; an input that needs more
+// is reported as unsolved rather than with a wrong optimum.
+const maxExactSteps = 20_000_000
+
+// podType is a run of interchangeable pods: StatefulSet replicas with the
+// same claim sizes.
+type podType struct {
+	sizes []int64 // largest first
+	bytes int64
+	count int
+}
 
 // Exact returns the most bytes any choice of pods and disks achieves on
-// in, order-free: every pod either gets all its claims on disks of one
-// node or none. ok is false when the search exceeded its step budget.
-// lower is a placement already known to be achievable; it only prunes.
-func Exact(in *Input, lower int64) (best int64, ok bool) {
-	e := exact{in: in, c: newCluster(in), best: lower, seen: map[string]int64{}}
-	e.search(0, 0)
-	return e.best, e.steps <= maxExactSteps
-}
-
-type exact struct {
-	in    *Input
-	c     *cluster
-	best  int64
-	steps int
-	// seen maps a state (next pod, free space of every disk) to the most
-	// bytes placed on reaching it; reaching it again with no more bytes
-	// cannot do better.
-	seen  map[string]int64
-	key   []byte
-	sizes []int64
-	disks []int64
-	buf   []packing.Disk
-	asg   []int
-}
-
-func (e *exact) search(pi int, placed int64) {
-	if placed > e.best {
-		e.best = placed
-	}
-	if pi == len(e.in.Pods) || e.steps > maxExactSteps {
-		return
-	}
-	e.steps++
-	if placed+e.pour(pi) <= e.best {
-		return
-	}
-	k := e.stateKey(pi)
-	if p, ok := e.seen[k]; ok && p >= placed {
-		return
-	}
-	e.seen[k] = placed
-	pod := &e.in.Pods[pi]
-	for n := range e.in.Nodes {
-		if e.identicalEarlierNode(n) {
-			continue
+// in, order-free: every chosen pod gets all its claims on disks of one
+// node. ok is false when the search exceeded its step budget.
+//
+// Pods with the same claim sizes are interchangeable, so a node's share
+// is a vector of counts per pod type. For every node it lists the count
+// vectors whose claims fit its disks (an exact bin-packing check), then
+// combines the nodes by dynamic programming over the counts still
+// available.
+func Exact(in *Input) (best int64, ok bool) {
+	var types []podType
+	index := map[string]int{}
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		key := fmt.Sprint(podSizes(p))
+		t, seen := index[key]
+		if !seen {
+			t = len(types)
+			index[key] = t
+			types = append(types, podType{sizes: podSizes(p), bytes: p.Bytes()})
 		}
-		e.placeClaims(pi, pod, n, 0, placed)
+		types[t].count++
 	}
-	// Replicas of one StatefulSet are interchangeable, so some optimum
-	// places a prefix of each run of identical pods: skipping this pod
-	// skips its identical successors too.
-	next := pi + 1
-	for next < len(e.in.Pods) && sameClaims(&e.in.Pods[next], pod) {
-		next++
-	}
-	e.search(next, placed)
-}
-
-func sameClaims(a, b *Pod) bool {
-	if len(a.Claims) != len(b.Claims) {
-		return false
-	}
-	for i := range a.Claims {
-		if a.Claims[i].Size != b.Claims[i].Size {
-			return false
+	// States are the counts still available, in a mixed radix.
+	radix := make([]int, len(types))
+	states := 1
+	for i, t := range types {
+		radix[i] = states
+		states *= t.count + 1
+		if states > 1<<22 {
+			return 0, false
 		}
 	}
-	return true
-}
-
-// pour is the fractional bound (see FractionalBound) of pods[pi:] on the
-// disks as they are now, counting only pods that still fit on some node.
-func (e *exact) pour(pi int) int64 {
-	e.sizes = e.sizes[:0]
-	for i := pi; i < len(e.in.Pods); i++ {
-		claims := e.in.Pods[i].Claims
-		if len(e.asg) < len(claims) {
-			e.asg = make([]int, len(claims))
+	full := 0
+	for i, t := range types {
+		full += t.count * radix[i]
+	}
+	steps := 0
+	dp := map[int]int64{full: 0}
+	for n := range in.Nodes {
+		free := make([]int64, len(in.Nodes[n].Disks))
+		for j, d := range in.Nodes[n].Disks {
+			free[j] = d.Free
 		}
-		for n := range e.in.Nodes {
-			e.buf = e.c.disks(n, e.buf)
-			if packing.Pack(e.buf, claims, packing.Options{}, e.asg[:len(claims)]) {
-				for _, c := range claims {
-					e.sizes = append(e.sizes, c.Size)
+		shares := nodeShares(free, types, &steps)
+		if steps > maxExactSteps {
+			return 0, false
+		}
+		next := make(map[int]int64, len(dp))
+		for state, bytes := range dp {
+			for _, sh := range shares {
+				ok := true
+				for i := range types {
+					if sh.counts[i] > state/radix[i]%(types[i].count+1) {
+						ok = false
+						break
+					}
 				}
-				break
+				if !ok {
+					continue
+				}
+				ns := state
+				for i := range types {
+					ns -= sh.counts[i] * radix[i]
+				}
+				if b := bytes + sh.bytes; b > next[ns] || !contains(next, ns) {
+					next[ns] = b
+				}
+				steps++
 			}
 		}
-	}
-	e.disks = e.disks[:0]
-	for _, f := range e.c.free {
-		e.disks = append(e.disks, f...)
-	}
-	return pourBytes(e.sizes, e.disks)
-}
-
-// stateKey encodes the next pod and every disk's free space.
-func (e *exact) stateKey(pi int) string {
-	e.key = strconv.AppendInt(e.key[:0], int64(pi), 36)
-	for _, f := range e.c.free {
-		e.key = append(e.key, '|')
-		for _, x := range f {
-			e.key = strconv.AppendInt(e.key, x>>20, 36)
-			e.key = append(e.key, ',')
+		if steps > maxExactSteps {
+			return 0, false
 		}
+		dp = next
 	}
-	return string(e.key)
+	for _, b := range dp {
+		best = max(best, b)
+	}
+	return best, true
 }
 
-// identicalEarlierNode reports whether an earlier node has the same free
-// space on every disk: placing the pod there leads to the same
-// sub-problem.
-func (e *exact) identicalEarlierNode(n int) bool {
-	for o := 0; o < n; o++ {
-		if slices.Equal(e.c.free[o], e.c.free[n]) {
+func contains(m map[int]int64, k int) bool {
+	_, ok := m[k]
+	return ok
+}
+
+func podSizes(p *Pod) []int64 {
+	out := make([]int64, len(p.Claims))
+	for i, c := range p.Claims {
+		out[i] = c.Size
+	}
+	return out
+}
+
+// share is how many pods of each type one node takes.
+type share struct {
+	counts []int
+	bytes  int64
+}
+
+// nodeShares lists every count vector whose claims fit together on disks
+// with the given free space. Adding a pod never makes an infeasible set
+// fit, so each type's count grows only while the set still fits.
+func nodeShares(free []int64, types []podType, steps *int) []share {
+	var out []share
+	counts := make([]int, len(types))
+	var sizes []int64
+	var walk func(t int, bytes int64)
+	walk = func(t int, bytes int64) {
+		if t == len(types) {
+			out = append(out, share{counts: slices.Clone(counts), bytes: bytes})
+			return
+		}
+		walk(t+1, bytes)
+		mark := len(sizes)
+		for c := 1; c <= types[t].count; c++ {
+			sizes = append(sizes, types[t].sizes...)
+			if !binPack(free, sizes, steps) {
+				break
+			}
+			counts[t] = c
+			walk(t+1, bytes+int64(c)*types[t].bytes)
+		}
+		counts[t] = 0
+		sizes = sizes[:mark]
+	}
+	walk(0, 0)
+	return out
+}
+
+// binPack reports whether items of the given sizes fit into bins with the
+// given free space, each item whole in one bin. It searches exhaustively,
+// largest items first, trying bins of equal free space once; it gives up
+// (false, with *steps past maxExactSteps) when the budget is spent.
+func binPack(free, sizes []int64, steps *int) bool {
+	items := slices.Clone(sizes)
+	slices.SortFunc(items, func(a, b int64) int { return cmp.Compare(b, a) })
+	bins := slices.Clone(free)
+	var need, have int64
+	for _, s := range items {
+		need += s
+	}
+	for _, f := range bins {
+		have += f
+	}
+	var place func(i int, need, have int64) bool
+	place = func(i int, need, have int64) bool {
+		if i == len(items) {
 			return true
 		}
-	}
-	return false
-}
-
-// placeClaims tries every disk of node n for claim ci of the pod, then
-// recurses to the next claim and finally the next pod.
-func (e *exact) placeClaims(pi int, pod *Pod, n, ci int, placed int64) {
-	if ci == len(pod.Claims) {
-		e.search(pi+1, placed+pod.Bytes())
-		return
-	}
-	size := pod.Claims[ci].Size
-	free := e.c.free[n]
-	for d := range free {
-		if free[d] < size || slices.Contains(free[:d], free[d]) {
-			continue
+		*steps++
+		if *steps > maxExactSteps || need > have {
+			return false
 		}
-		free[d] -= size
-		e.placeClaims(pi, pod, n, ci+1, placed)
-		free[d] += size
+		for b := range bins {
+			if bins[b] < items[i] || slices.Contains(bins[:b], bins[b]) {
+				continue
+			}
+			bins[b] -= items[i]
+			ok := place(i+1, need-items[i], have-items[i])
+			bins[b] += items[i]
+			if ok {
+				return true
+			}
+		}
+		return false
 	}
+	return place(0, need, have)
 }

@@ -160,11 +160,7 @@ func reportSmall(w io.Writer, cfg Config) {
 		in := Generate(InputConfig{Nodes: 3, MinDisks: 2, MaxDisks: 3, MaxUsed: 0.5, Load: 1.3,
 			Seed: cfg.Seed*1_000_003 + uint64(k), DiskSizes: smallDiskSizes})
 		results := runAll(in, Options{MaxReschedules: cfg.MaxReschedules, Seed: cfg.Seed + uint64(k)})
-		var lower int64
-		for _, r := range results {
-			lower = max(lower, r.PlacedBytes)
-		}
-		opt, ok := Exact(in, lower)
+		opt, ok := Exact(in)
 		if !ok || opt == 0 {
 			unsolved++
 			continue

@@ -25,6 +25,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == cluster.KubeletCommand {
+		runKubelet()
+		return
+	}
 	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "demo") {
 		fmt.Fprintln(os.Stderr, "usage: localcluster up|demo [flags]")
 		os.Exit(2)
@@ -47,6 +51,9 @@ func main() {
 	}
 	if opts.BinDir == "" {
 		opts.BinDir = filepath.Join(opts.RepoRoot, "bin")
+	}
+	if err == nil {
+		opts.Self, err = os.Executable()
 	}
 	if err == nil {
 		if os.Args[1] == "demo" {
@@ -101,5 +108,18 @@ func findRepo() (string, error) {
 			return "", errors.New("repository root not found; pass --repo")
 		}
 		dir = parent
+	}
+}
+
+// runKubelet is one node's kubelet, started by the cluster in this binary.
+func runKubelet() {
+	fs := flag.NewFlagSet(cluster.KubeletCommand, flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("v", "2")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := cluster.RunKubelet(ctx, os.Args[2:]); err != nil {
+		fmt.Fprintln(os.Stderr, "kubelet:", err)
+		os.Exit(1)
 	}
 }
