@@ -127,7 +127,7 @@ func BenchmarkFilter(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if status := s.env.pl.filterDisks(ctx, st.claims, "n1"); status != nil {
+				if status, _ := s.env.pl.filterDisks(ctx, st.claims, "n1"); status != nil {
 					b.Fatal(status)
 				}
 			}

@@ -27,7 +27,10 @@ func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return fwk.AsStatus(err)
 	}
 	if len(s.claims) > 0 {
-		if status := pl.filterDisks(ctx, s.claims, nodeInfo.Node().Name); status != nil {
+		if status, noSpace := pl.filterDisks(ctx, s.claims, nodeInfo.Node().Name); status != nil {
+			if noSpace && s.waitingRecorded.CompareAndSwap(false, true) {
+				pl.waiting.add(pod)
+			}
 			return status
 		}
 	}
@@ -35,20 +38,22 @@ func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 }
 
 // filterDisks checks the disks of one node; nil means the claims fit.
-func (pl *DiskFit) filterDisks(ctx context.Context, claims []packing.Claim, node string) *fwk.Status {
+// noSpace tells a rejection for lack of space from one for a missing or
+// stale DiskNode.
+func (pl *DiskFit) filterDisks(ctx context.Context, claims []packing.Claim, node string) (status *fwk.Status, noSpace bool) {
 	var diskBuf [packing.MaxInlineDisks]packing.Disk
 	var assignBuf [16]int
 	disks, info := pl.ledger.Disks(node, diskBuf[:0])
 	if !info.HasDiskNode {
 		filterRejections.WithLabelValues(reasonNoDiskNode).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("node %s: no DiskNode, the diskfit node plugin has not reported this node's disks", node))
+			fmt.Sprintf("node %s: no DiskNode, the diskfit node plugin has not reported this node's disks", node)), false
 	}
 	if pl.maxAge > 0 {
 		if age := pl.now().Sub(info.Observed); info.Observed.IsZero() || age > pl.maxAge {
 			filterRejections.WithLabelValues(reasonStaleDiskNode).Inc()
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-				fmt.Sprintf("node %s: DiskNode is stale (observed %s ago, maximum %s)", node, age.Round(1e9), pl.maxAge))
+				fmt.Sprintf("node %s: DiskNode is stale (observed %s ago, maximum %s)", node, age.Round(1e9), pl.maxAge)), false
 		}
 	}
 	assign := assignBuf[:0]
@@ -58,10 +63,10 @@ func (pl *DiskFit) filterDisks(ctx context.Context, claims []packing.Claim, node
 		assign = assignBuf[:len(claims)]
 	}
 	if packing.Pack(disks, claims, pl.opts, assign) {
-		return nil
+		return nil, false
 	}
 	filterRejections.WithLabelValues(reasonNoSpace).Inc()
 	reason := fmt.Sprintf("node %s: %s", node, packing.Explain(disks, claims))
 	klog.FromContext(ctx).V(5).Info("DiskFit rejected node", "node", node, "reason", reason)
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason), true
 }

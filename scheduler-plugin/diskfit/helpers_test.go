@@ -2,6 +2,7 @@ package diskfit
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
@@ -121,11 +123,26 @@ func makePod(name string, claims ...string) *v1.Pod {
 // testEnv is a DiskFit plugin on fake clientsets, built through the
 // framework like the scheduler builds it.
 type testEnv struct {
-	ctx      context.Context
-	client   *fake.Clientset
-	dfClient *dffake.Clientset
-	handle   fwk.Handle
-	pl       *DiskFit
+	ctx       context.Context
+	client    *fake.Clientset
+	dfClient  *dffake.Clientset
+	handle    fwk.Handle
+	pl        *DiskFit
+	activator *recordingActivator
+}
+
+// recordingActivator stands in for the scheduling queue.
+type recordingActivator struct {
+	mu        sync.Mutex
+	activated []string
+}
+
+func (a *recordingActivator) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key := range pods {
+		a.activated = append(a.activated, key)
+	}
 }
 
 func newTestEnv(t *testing.T, args *config.DiskFitArgs, objs []runtime.Object, diskNodes ...*v1alpha1.DiskNode) *testEnv {
@@ -145,9 +162,11 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	t.Cleanup(cancel)
 	client := fake.NewClientset(append(storageClasses(), objs...)...)
 	informerFactory := informers.NewSharedInformerFactory(client, 0)
+	activator := &recordingActivator{}
 	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
 		frameworkruntime.WithClientSet(client),
-		frameworkruntime.WithInformerFactory(informerFactory))
+		frameworkruntime.WithInformerFactory(informerFactory),
+		frameworkruntime.WithPodActivator(activator))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +193,7 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	if !cache.WaitForCacheSync(ctx.Done(), pl.handlersSynced...) {
 		t.Fatal("event handlers did not sync")
 	}
-	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl}
+	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl, activator: activator}
 }
 
 // nodeInfos builds scheduler NodeInfos for the named nodes.

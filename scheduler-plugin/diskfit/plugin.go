@@ -63,6 +63,9 @@ type DiskFit struct {
 	// diskfit claims.
 	noClaims *stateData
 	last     atomic.Pointer[lastCycle]
+	// activator requeues pods waiting for space that Unreserve frees.
+	activator fwk.PodActivator
+	waiting   waitingPods
 	// handlersSynced report whether the ledger's event handlers have seen
 	// their informers' initial lists.
 	handlersSynced []cache.InformerSynced
@@ -141,6 +144,7 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		pvcLister:  h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Lister(),
 		pvcIndexer: h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Informer().GetIndexer(),
 		noClaims:   &stateData{},
+		activator:  h,
 		scLister:   h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
 		opts:       PackingOptions(args),
 		maxAge:     args.MaxDiskNodeAge.Duration,

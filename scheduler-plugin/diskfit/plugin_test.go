@@ -3,6 +3,7 @@ package diskfit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -253,9 +254,7 @@ func TestReserveAndPreBindWriteDiskWithNode(t *testing.T) {
 
 	state := framework.NewCycleState()
 	nodes := nodeInfos("n1")
-	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
-		t.Fatalf("PreFilter: %v", status)
-	}
+	mustPreFilter(t, env, state, pod, nodes)
 	if status := env.pl.Filter(env.ctx, state, pod, nodes[0]); !status.IsSuccess() {
 		t.Fatalf("Filter: %v", status)
 	}
@@ -320,9 +319,7 @@ func TestReserveNeverDoubleBooks(t *testing.T) {
 		pod   *v1.Pod
 		state *framework.CycleState
 	}{{podA, stateA}, {podB, stateB}} {
-		if _, status := env.pl.PreFilter(env.ctx, c.state, c.pod, nodes); !status.IsSuccess() {
-			t.Fatalf("PreFilter %s: %v", c.pod.Name, status)
-		}
+		mustPreFilter(t, env, c.state, c.pod, nodes)
 		// Both pass Filter: nothing is reserved yet.
 		if status := env.pl.Filter(env.ctx, c.state, c.pod, nodes[0]); !status.IsSuccess() {
 			t.Fatalf("Filter %s: %v", c.pod.Name, status)
@@ -392,9 +389,7 @@ func TestScore(t *testing.T) {
 			pod := makePod("p", "a")
 			state := framework.NewCycleState()
 			nodes := nodeInfos("full", "empty")
-			if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
-				t.Fatalf("PreFilter: %v", status)
-			}
+			mustPreFilter(t, env, state, pod, nodes)
 			if status := env.pl.PreScore(env.ctx, state, pod, nodes); !status.IsSuccess() {
 				t.Fatalf("PreScore: %v", status)
 			}
@@ -416,9 +411,7 @@ func TestPreScoreSkipsPodsWithoutClaims(t *testing.T) {
 	pod := makePod("p", "a")
 	state := framework.NewCycleState()
 	nodes := nodeInfos("n1")
-	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
-		t.Fatalf("PreFilter: %v", status)
-	}
+	mustPreFilter(t, env, state, pod, nodes)
 	if status := env.pl.PreScore(env.ctx, state, pod, nodes); !status.IsSkip() {
 		t.Errorf("PreScore = %v, want Skip", status)
 	}
@@ -457,9 +450,7 @@ func TestGenericEphemeralVolume(t *testing.T) {
 	pvc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}}
 	env := newTestEnv(t, nil, []runtime.Object{pvc}, diskNode("n1", freeDisk("d0", 4*gi)), diskNode("n2", freeDisk("d0", 8*gi)))
 	state := framework.NewCycleState()
-	if _, status := env.pl.PreFilter(env.ctx, state, pod, nil); !status.IsSuccess() {
-		t.Fatalf("PreFilter: %v", status)
-	}
+	mustPreFilter(t, env, state, pod, nil)
 	nodes := nodeInfos("n1", "n2")
 	checkStatus(t, "Filter n1", env.pl.Filter(env.ctx, state, pod, nodes[0]),
 		wantStatus{fwk.UnschedulableAndUnresolvable, "largest free disk d0 has 4Gi, pod needs 5Gi on one disk (claim ns/p-scratch)"})
@@ -480,9 +471,7 @@ func TestDiskFitClaimsSkipCSIStorageCapacity(t *testing.T) {
 	pod := makePod("p", "a")
 	state := framework.NewCycleState()
 	nodes := nodeInfos("n1")
-	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
-		t.Fatalf("PreFilter: %v", status)
-	}
+	mustPreFilter(t, env, state, pod, nodes)
 	checkStatus(t, "Filter", env.pl.Filter(env.ctx, state, pod, nodes[0]), wantStatus{fwk.Success, ""})
 
 	// The plain VolumeBinding would have rejected the node.
@@ -517,9 +506,7 @@ func TestConcurrentFilterAndEvents(t *testing.T) {
 	pod := makePod("p", "a")
 	state := framework.NewCycleState()
 	nodes := nodeInfos(names...)
-	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
-		t.Fatalf("PreFilter: %v", status)
-	}
+	mustPreFilter(t, env, state, pod, nodes)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -563,5 +550,63 @@ func TestPackingOptions(t *testing.T) {
 	args.MaxExactClaims = 0
 	if got := PackingOptions(args); got.Strategy != packing.LeastAllocated || got.MaxExactClaims >= 0 {
 		t.Errorf("LeastAllocated, greedy only: %+v", got)
+	}
+}
+
+// TestUnreserveActivatesPodsWaitingForSpace: space freed by Unreserve has no
+// API event, so the pods rejected for lack of it are activated directly.
+func TestUnreserveActivatesPodsWaitingForSpace(t *testing.T) {
+	objs := []runtime.Object{
+		makePVC("a", diskfitClass, 3*gi).PersistentVolumeClaim,
+		makePVC("b", diskfitClass, 3*gi).PersistentVolumeClaim,
+		node("n1"), node("n2"),
+	}
+	env := newTestEnv(t, nil, objs, diskNode("n1", freeDisk("d0", 4*gi)))
+	podA, podB := makePod("pa", "a"), makePod("pb", "b")
+	nodes := nodeInfos("n1", "n2")
+	stateA, stateB := framework.NewCycleState(), framework.NewCycleState()
+	mustPreFilter(t, env, stateA, podA, nodes)
+	if status := env.pl.Filter(env.ctx, stateA, podA, nodes[0]); !status.IsSuccess() {
+		t.Fatalf("Filter A: %v", status)
+	}
+	if status := env.pl.Reserve(env.ctx, stateA, podA, "n1"); !status.IsSuccess() {
+		t.Fatalf("Reserve A: %v", status)
+	}
+	// B: n1 lacks space, n2 lacks a DiskNode.
+	mustPreFilter(t, env, stateB, podB, nodes)
+	for _, ni := range nodes {
+		if status := env.pl.Filter(env.ctx, stateB, podB, ni); status.IsSuccess() {
+			t.Fatalf("Filter B on %s passed", ni.Node().Name)
+		}
+	}
+	env.pl.Unreserve(env.ctx, stateA, podA, "n1")
+	if want := []string{"ns/pb"}; !slices.Equal(env.activator.activated, want) {
+		t.Errorf("activated %v, want %v", env.activator.activated, want)
+	}
+	// Nothing more is freed by a repeated Unreserve, nobody is activated.
+	env.pl.Unreserve(env.ctx, stateA, podA, "n1")
+	if len(env.activator.activated) != 1 {
+		t.Errorf("activated %v after a second Unreserve", env.activator.activated)
+	}
+}
+
+// TestMissingDiskNodeDoesNotWaitForSpace: a pod rejected only for a missing
+// DiskNode waits for DiskNode events, not for freed space.
+func TestMissingDiskNodeDoesNotWaitForSpace(t *testing.T) {
+	env := newTestEnv(t, nil, []runtime.Object{makePVC("a", diskfitClass, gi).PersistentVolumeClaim, node("n2")})
+	pod := makePod("p", "a")
+	state := framework.NewCycleState()
+	nodes := nodeInfos("n2")
+	mustPreFilter(t, env, state, pod, nodes)
+	env.pl.Filter(env.ctx, state, pod, nodes[0])
+	if got := env.pl.waiting.takeAll(); len(got) != 0 {
+		t.Errorf("waiting pods %v, want none", got)
+	}
+}
+
+func mustPreFilter(t *testing.T, env *testEnv, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) {
+	t.Helper()
+	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
+		t.Fatalf("PreFilter %s: %v", pod.Name, status)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +28,9 @@ type stateData struct {
 	// vbScores records whether the embedded VolumeBinding wants Score; only
 	// PreScore of a pod with claims writes it, before any Score reads it.
 	vbScores bool
+	// waitingRecorded is set by the first Filter that rejects a node for
+	// lack of space, so the pod is recorded as waiting once per cycle.
+	waitingRecorded atomic.Bool
 }
 
 // Clone shares the state: claims never change after PreFilter.

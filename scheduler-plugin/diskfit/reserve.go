@@ -33,6 +33,7 @@ func (pl *DiskFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 			return fwk.AsStatus(err)
 		}
 		reservationsHeld.Set(float64(pl.ledger.Reservations()))
+		pl.waiting.remove(pod.UID)
 		if logger.V(4).Enabled() {
 			for i, c := range s.claims {
 				logger.V(4).Info("Reserved disk", "pod", klog.KObj(pod), "pvc", c.Name, "node", nodeName, "disk", disks[i])
@@ -43,11 +44,32 @@ func (pl *DiskFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 }
 
 // Unreserve releases the pod's disk reservations and VolumeBinding's
-// assumed objects. Both are idempotent.
+// assumed objects. Both are idempotent. Freed space produces no API event,
+// so pods that were rejected for lack of space are activated here.
 func (pl *DiskFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
 	pl.vb.Unreserve(ctx, cs, pod, nodeName)
-	pl.ledger.Unreserve(pod.UID)
+	freed := pl.ledger.Unreserve(pod.UID)
 	reservationsHeld.Set(float64(pl.ledger.Reservations()))
+	if !freed {
+		return
+	}
+	if waiting := pl.waiting.takeAll(); len(waiting) > 0 {
+		logger := klog.FromContext(ctx)
+		logger.V(4).Info("Disk space released, activating waiting pods", "pod", klog.KObj(pod), "node", nodeName, "count", len(waiting))
+		pl.activate(logger, waiting)
+	}
+}
+
+// activate hands pods to the scheduling queue. A framework built without a
+// queue (a test or simulation calling NewFramework directly) has no
+// activator and panics when asked; that must not take the caller down.
+func (pl *DiskFit) activate(logger klog.Logger, pods map[string]*v1.Pod) {
+	defer func() {
+		if r := recover(); r != nil {
+			logger.Info("Cannot activate pods waiting for disk space: the framework has no scheduling queue", "err", r)
+		}
+	}()
+	pl.activator.Activate(logger, pods)
 }
 
 // PreBindPreFlight is VolumeBinding's: DiskFit's decision already travels

@@ -507,22 +507,27 @@ func (l *Ledger) Reserve(pod types.UID, node string, claims []packing.Claim, opt
 	return chosen, nil
 }
 
-// Unreserve releases whatever pod still holds. It is idempotent.
-func (l *Ledger) Unreserve(pod types.UID) {
+// Unreserve releases whatever pod still holds and reports whether that
+// freed any space (it does not once the claims are visible as PVCs or PVs).
+// It is idempotent.
+func (l *Ledger) Unreserve(pod types.UID) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.unreserveLocked(pod)
+	return l.unreserveLocked(pod)
 }
 
-func (l *Ledger) unreserveLocked(pod types.UID) {
+func (l *Ledger) unreserveLocked(pod types.UID) bool {
+	freed := false
 	for _, key := range l.reservations[pod] {
 		if e := l.claims[key]; e != nil && e.pod == pod {
 			e.has[sourceReservation] = false
 			e.pod = ""
 			l.settle(key, e)
+			freed = true
 		}
 	}
 	delete(l.reservations, pod)
+	return freed
 }
 
 // ReservedDisk returns the disk reserved for the claim key by pod on node.
