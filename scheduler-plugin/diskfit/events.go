@@ -5,21 +5,30 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/util"
 
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 )
 
-// EventsToRegister returns VolumeBinding's events plus those that can free
-// disk space: a DiskNode reporting more room (or becoming fresh again), a
+// EventsToRegister returns VolumeBinding's events, narrowed where they
+// cannot help a pod DiskFit rejected, plus those that can free disk space: a DiskNode reporting more room (or becoming fresh again), a
 // diskfit PV or annotated PVC deleted, and a PVC losing its selected-node
 // (a reschedule releases its disk). StorageClass and Node additions are
 // already among VolumeBinding's events.
+//
+// VolumeBinding queues every pod it rejected on any PV added or updated,
+// and on new CSIStorageCapacity. Neither can make room on a disk: a diskfit
+// PV only ever takes space, and DiskFit does not use CSIStorageCapacity for
+// its claims. Those events are skipped for diskfit's objects, so pods that
+// lost the race for space are not retried every time a winner's volume is
+// provisioned; events about other drivers' objects queue as before.
 //
 // The hints also hand the event's object to the ledger before the pod is
 // queued: the scheduler's informers and DiskFit's own run independently,
@@ -31,8 +40,16 @@ func (pl *DiskFit) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWith
 		return nil, fmt.Errorf("VolumeBinding events: %w", err)
 	}
 	for i := range events {
-		if events[i].Event.Resource == fwk.PersistentVolumeClaim && events[i].Event.ActionType&fwk.Update != 0 {
-			events[i].QueueingHintFn = pl.pvcUpdateHint(events[i].QueueingHintFn)
+		e := &events[i]
+		switch e.Event.Resource {
+		case fwk.PersistentVolumeClaim:
+			if e.Event.ActionType&fwk.Update != 0 {
+				e.QueueingHintFn = pl.pvcUpdateHint(e.QueueingHintFn)
+			}
+		case fwk.PersistentVolume:
+			e.QueueingHintFn = skipDiskFitPVs(e.QueueingHintFn)
+		case fwk.CSIStorageCapacity:
+			e.QueueingHintFn = pl.skipDiskFitCapacities(e.QueueingHintFn)
 		}
 	}
 	return append(events,
@@ -63,7 +80,7 @@ func toDiskNode(obj interface{}) (*v1alpha1.DiskNode, error) {
 
 // isSchedulableAfterDiskNodeChange queues the pod when a node's disks may
 // hold more than before: a new DiskNode, a disk that is new, newly healthy,
-// larger or freer, or a status that was stale and is fresh again.
+// freer or of another class, or a status that was stale and is fresh again.
 func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	oldDN, err := toDiskNode(oldObj)
 	if err != nil {
@@ -90,7 +107,10 @@ func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.
 			continue
 		}
 		o := oldDN.Status.Disk(n.Name)
-		if o == nil || !o.Healthy || n.FreeBytes > o.FreeBytes || n.CapacityBytes > o.CapacityBytes || n.DeviceClass != o.DeviceClass {
+		// Capacity alone is not checked: a disk that really grew reports
+		// more free space too, and the capacity the node plugin reports
+		// moves with filesystem metadata as volumes come and go.
+		if o == nil || !o.Healthy || n.FreeBytes > o.FreeBytes || n.DeviceClass != o.DeviceClass {
 			logger.V(5).Info("DiskNode reports more usable space, which may make the pod schedulable", "disk", n.Name)
 			return fwk.Queue, nil
 		}
@@ -156,5 +176,36 @@ func (pl *DiskFit) pvcUpdateHint(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 			return fwk.Queue, nil
 		}
 		return fwk.QueueSkip, nil
+	}
+}
+
+// skipDiskFitPVs keeps VolumeBinding's PV hint (none: always queue) for PVs
+// of other drivers and skips diskfit's.
+func skipDiskFitPVs(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
+	return func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+		if pv, ok := newObj.(*v1.PersistentVolume); ok && pv.Spec.CSI != nil && pv.Spec.CSI.Driver == diskfit.DriverName {
+			logger.V(5).Info("diskfit PV added or updated, which frees no space", "pod", klog.KObj(pod), "pv", klog.KObj(pv))
+			return fwk.QueueSkip, nil
+		}
+		if vbHint == nil {
+			return fwk.Queue, nil
+		}
+		return vbHint(logger, pod, oldObj, newObj)
+	}
+}
+
+// skipDiskFitCapacities keeps VolumeBinding's CSIStorageCapacity hint for
+// other drivers' StorageClasses and skips diskfit's.
+func (pl *DiskFit) skipDiskFitCapacities(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
+	return func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+		if c, ok := newObj.(*storagev1.CSIStorageCapacity); ok {
+			if sc, err := pl.scLister.Get(c.StorageClassName); err == nil && sc.Provisioner == diskfit.DriverName {
+				return fwk.QueueSkip, nil
+			}
+		}
+		if vbHint == nil {
+			return fwk.Queue, nil
+		}
+		return vbHint(logger, pod, oldObj, newObj)
 	}
 }

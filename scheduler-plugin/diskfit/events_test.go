@@ -5,6 +5,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -139,11 +140,19 @@ func TestVolumeHints(t *testing.T) {
 	delete(released.Annotations, diskfit.SelectedNodeAnnotation)
 	unplaced := makePVC("other", diskfitClass, gi).PersistentVolumeClaim
 
-	pvcUpdate := env.pl.pvcUpdateHint(nil)
+	var pvcUpdate, pvAddUpdate, capacityAddUpdate fwk.QueueingHintFn
 	for _, e := range mustEvents(t, env) {
-		if e.Event.Resource == fwk.PersistentVolumeClaim && e.Event.ActionType&fwk.Update != 0 {
+		switch {
+		case e.Event.Resource == fwk.PersistentVolumeClaim && e.Event.ActionType&fwk.Update != 0:
 			pvcUpdate = e.QueueingHintFn
+		case e.Event.Resource == fwk.PersistentVolume && e.Event.ActionType&fwk.Add != 0:
+			pvAddUpdate = e.QueueingHintFn
+		case e.Event.Resource == fwk.CSIStorageCapacity:
+			capacityAddUpdate = e.QueueingHintFn
 		}
+	}
+	capacity := func(class string) *storagev1.CSIStorageCapacity {
+		return &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cap-" + class}, StorageClassName: class}
 	}
 	tests := []struct {
 		name string
@@ -168,6 +177,21 @@ func TestVolumeHints(t *testing.T) {
 		{"another pod's PVC got a node", func() (fwk.QueueingHint, error) {
 			return pvcUpdate(logger, pod, unplaced, placed)
 		}, fwk.QueueSkip},
+		{"diskfit PV provisioned", func() (fwk.QueueingHint, error) {
+			return pvAddUpdate(logger, pod, nil, diskfitPV)
+		}, fwk.QueueSkip},
+		{"diskfit PV updated", func() (fwk.QueueingHint, error) {
+			return pvAddUpdate(logger, pod, diskfitPV, diskfitPV)
+		}, fwk.QueueSkip},
+		{"other PV added (VolumeBinding: always)", func() (fwk.QueueingHint, error) {
+			return pvAddUpdate(logger, pod, nil, otherPV)
+		}, fwk.Queue},
+		{"capacity published for a diskfit class", func() (fwk.QueueingHint, error) {
+			return capacityAddUpdate(logger, pod, nil, capacity(diskfitClass))
+		}, fwk.QueueSkip},
+		{"capacity published for another class (VolumeBinding's hint)", func() (fwk.QueueingHint, error) {
+			return capacityAddUpdate(logger, pod, nil, capacity(otherClass))
+		}, fwk.Queue},
 		{"the pod's own PVC changed (VolumeBinding's hint)", func() (fwk.QueueingHint, error) {
 			mine := makePVC("mine", diskfitClass, gi).PersistentVolumeClaim
 			return pvcUpdate(logger, pod, mine, mine)
