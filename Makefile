@@ -10,7 +10,7 @@ GO    ?= go
 export PATH := $(BIN):$(PATH)
 
 TOOLS := deepcopy-gen client-gen lister-gen informer-gen controller-gen \
-         csi-provisioner csi-sanity staticcheck govulncheck
+         csi-provisioner csi-resizer csi-sanity staticcheck govulncheck
 TOOL_PKGS := \
 	k8s.io/code-generator/cmd/deepcopy-gen \
 	k8s.io/code-generator/cmd/client-gen \
@@ -18,6 +18,7 @@ TOOL_PKGS := \
 	k8s.io/code-generator/cmd/informer-gen \
 	sigs.k8s.io/controller-tools/cmd/controller-gen \
 	github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner \
+	github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer \
 	github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity \
 	honnef.co/go/tools/cmd/staticcheck \
 	golang.org/x/vuln/cmd/govulncheck

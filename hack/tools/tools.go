@@ -7,6 +7,7 @@ package tools
 import (
 	_ "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity"
 	_ "github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"
+	_ "github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer"
 	_ "golang.org/x/vuln/cmd/govulncheck"
 	_ "honnef.co/go/tools/cmd/staticcheck"
 	_ "k8s.io/code-generator/cmd/client-gen"

@@ -68,6 +68,7 @@ type Cluster struct {
 	opts      Options
 	cp        *controlPlane
 	scheduler *process
+	resizer   *process
 }
 
 // Start brings a cluster up. On error everything started so far is stopped.
@@ -122,6 +123,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, fmt.Errorf("node %s: %w", spec.Name, err)
 		}
 	}
+	if err := c.startResizer(); err != nil {
+		return c, err
+	}
 	logger.Info("Cluster ready", "nodes", len(c.Nodes), "elapsed", time.Since(start).Round(time.Millisecond), "kubeconfig", c.Kubeconfig)
 	return c, nil
 }
@@ -146,11 +150,37 @@ func (c *Cluster) createCSIDriver(ctx context.Context) error {
 	return err
 }
 
+// startResizer runs one external-resizer for the cluster. Expansion is
+// node-only (the kubelet calls NodeExpandVolume on the volume's node), so the
+// resizer only needs some driver to learn the capabilities from: the first
+// node's. In a real cluster it runs leader-elected in every node's pod.
+func (c *Cluster) startResizer() error {
+	if len(c.opts.Nodes) == 0 {
+		return nil
+	}
+	bin, err := c.binary("csi-resizer")
+	if err != nil {
+		return err
+	}
+	first := c.Nodes[c.opts.Nodes[0].Name]
+	c.resizer, err = startProcess("csi-resizer", c.LogDir, bin, []string{
+		"--csi-address=" + first.Socket,
+		"--kubeconfig=" + c.Kubeconfig,
+		"--leader-election=false",
+		"--timeout=60s",
+		"-v=4",
+	}, nil)
+	return err
+}
+
 // Stop ends every component and removes every mount, loop device and file
 // of this run.
 func (c *Cluster) Stop() {
 	for _, n := range c.Nodes {
 		n.stop()
+	}
+	if c.resizer != nil {
+		c.resizer.stop(5 * time.Second)
 	}
 	if c.scheduler != nil {
 		c.scheduler.stop(10 * time.Second)

@@ -114,7 +114,7 @@ func startLocalCluster() (*localCluster, error) {
 	if err := build.Run(); err != nil {
 		return nil, fmt.Errorf("building binaries: %w", err)
 	}
-	for _, sidecar := range []string{"csi-provisioner"} {
+	for _, sidecar := range []string{"csi-provisioner", "csi-resizer"} {
 		if err := os.Symlink(filepath.Join(repo, "bin", sidecar), filepath.Join(bin, sidecar)); err != nil {
 			return nil, err
 		}

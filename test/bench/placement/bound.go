@@ -89,7 +89,7 @@ func pourBytes(sizes, disks []int64) int64 {
 
 // maxExactSteps bounds the exact solver's work; an input that needs more
 // is reported as unsolved rather than with a wrong optimum.
-const maxExactSteps = 20_000_000
+const maxExactSteps = 5_000_000
 
 // podType is a run of interchangeable pods: StatefulSet replicas with the
 // same claim sizes.
@@ -150,28 +150,22 @@ func Exact(in *Input) (best int64, ok bool) {
 		next := make(map[int]int64, len(dp))
 		for state, bytes := range dp {
 			for _, sh := range shares {
-				ok := true
+				// A node's feasible sets are closed under removing pods, so
+				// a maximal share capped at what is still available is
+				// feasible too.
+				ns, b := state, bytes
 				for i := range types {
-					if sh.counts[i] > state/radix[i]%(types[i].count+1) {
-						ok = false
-						break
-					}
+					c := min(sh.counts[i], state/radix[i]%(types[i].count+1))
+					ns -= c * radix[i]
+					b += int64(c) * types[i].bytes
 				}
-				if !ok {
-					continue
-				}
-				ns := state
-				for i := range types {
-					ns -= sh.counts[i] * radix[i]
-				}
-				if b := bytes + sh.bytes; b > next[ns] || !contains(next, ns) {
+				if old, seen := next[ns]; !seen || b > old {
 					next[ns] = b
 				}
-				steps++
+				if steps++; steps > maxExactSteps {
+					return 0, false
+				}
 			}
-		}
-		if steps > maxExactSteps {
-			return 0, false
 		}
 		dp = next
 	}
@@ -179,11 +173,6 @@ func Exact(in *Input) (best int64, ok bool) {
 		best = max(best, b)
 	}
 	return best, true
-}
-
-func contains(m map[int]int64, k int) bool {
-	_, ok := m[k]
-	return ok
 }
 
 func podSizes(p *Pod) []int64 {
@@ -200,8 +189,8 @@ type share struct {
 	bytes  int64
 }
 
-// nodeShares lists every count vector whose claims fit together on disks
-// with the given free space. Adding a pod never makes an infeasible set
+// nodeShares lists the maximal count vectors whose claims fit together
+// on disks with the given free space. Adding a pod never makes an infeasible set
 // fit, so each type's count grows only while the set still fits.
 func nodeShares(free []int64, types []podType, steps *int) []share {
 	var out []share
@@ -227,39 +216,83 @@ func nodeShares(free []int64, types []podType, steps *int) []share {
 		sizes = sizes[:mark]
 	}
 	walk(0, 0)
+	return maximal(out)
+}
+
+// maximal drops every share that another share includes.
+func maximal(shares []share) []share {
+	var out []share
+	for i, a := range shares {
+		dominated := false
+		for j, b := range shares {
+			if i != j && includes(b.counts, a.counts) && (!slices.Equal(a.counts, b.counts) || j < i) {
+				dominated = true
+				break
+			}
+		}
+		if !dominated {
+			out = append(out, a)
+		}
+	}
 	return out
+}
+
+// includes reports whether a has at least as many pods of every type as b.
+func includes(a, b []int) bool {
+	for i := range a {
+		if a[i] < b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // binPack reports whether items of the given sizes fit into bins with the
 // given free space, each item whole in one bin. It searches exhaustively,
-// largest items first, trying bins of equal free space once; it gives up
-// (false, with *steps past maxExactSteps) when the budget is spent.
+// largest items first; equal items go to bins in non-decreasing order and
+// bins of equal free space are tried once, which only removes mirror
+// images of the same packing. It gives up (false, with *steps past
+// maxExactSteps) when the budget is spent.
 func binPack(free, sizes []int64, steps *int) bool {
 	items := slices.Clone(sizes)
 	slices.SortFunc(items, func(a, b int64) int { return cmp.Compare(b, a) })
 	bins := slices.Clone(free)
-	var need, have int64
+	binOf := make([]int, len(items))
+	smallest := items[len(items)-1]
+	var need int64
 	for _, s := range items {
 		need += s
 	}
-	for _, f := range bins {
-		have += f
-	}
-	var place func(i int, need, have int64) bool
-	place = func(i int, need, have int64) bool {
+	var place func(i int, need int64) bool
+	place = func(i int, need int64) bool {
 		if i == len(items) {
 			return true
 		}
 		*steps++
-		if *steps > maxExactSteps || need > have {
+		if *steps > maxExactSteps {
 			return false
 		}
-		for b := range bins {
-			if bins[b] < items[i] || slices.Contains(bins[:b], bins[b]) {
+		// Space in bins too full for even the smallest item is lost.
+		var have int64
+		for _, f := range bins {
+			if f >= smallest {
+				have += f
+			}
+		}
+		if need > have {
+			return false
+		}
+		start := 0
+		if i > 0 && items[i] == items[i-1] {
+			start = binOf[i-1]
+		}
+		for b := start; b < len(bins); b++ {
+			if bins[b] < items[i] || slices.Contains(bins[start:b], bins[b]) {
 				continue
 			}
 			bins[b] -= items[i]
-			ok := place(i+1, need-items[i], have-items[i])
+			binOf[i] = b
+			ok := place(i+1, need-items[i])
 			bins[b] += items[i]
 			if ok {
 				return true
@@ -267,5 +300,5 @@ func binPack(free, sizes []int64, steps *int) bool {
 		}
 		return false
 	}
-	return place(0, need, have)
+	return place(0, need)
 }

@@ -75,8 +75,9 @@ type InputConfig struct {
 	Load float64
 	// Seed makes the input reproducible.
 	Seed uint64
-	// DiskSizes overrides the disk size distribution when not nil.
-	DiskSizes []weighted
+	// DiskSizes and ClaimSizes override the size distributions when not
+	// nil.
+	DiskSizes, ClaimSizes []weighted
 }
 
 // weighted is one choice of a discrete distribution.
@@ -140,6 +141,10 @@ func Generate(cfg InputConfig) *Input {
 	if sizes == nil {
 		sizes = diskSizes
 	}
+	claimChoices := cfg.ClaimSizes
+	if claimChoices == nil {
+		claimChoices = claimSizes
+	}
 	for i := range in.Nodes {
 		n := &in.Nodes[i]
 		n.Name = fmt.Sprintf("node-%04d", i)
@@ -162,7 +167,7 @@ func Generate(cfg InputConfig) *Input {
 		replicas := 1 + r.IntN(6)
 		template := make([]int64, pick(r, claimsPerPod))
 		for i := range template {
-			template[i] = pick(r, claimSizes)
+			template[i] = pick(r, claimChoices)
 		}
 		for rep := 0; rep < replicas && requested < target; rep++ {
 			p := Pod{Name: fmt.Sprintf("ss%d-%d", set, rep)}

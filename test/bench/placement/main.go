@@ -141,9 +141,13 @@ func report(w io.Writer, cfg Config) {
 	}
 }
 
-// smallDiskSizes keep small inputs small: few pods fill three nodes, so
-// the exact solver finishes.
-var smallDiskSizes = []weighted{{512 * gi, 2}, {1 * ti, 3}, {2 * ti, 2}}
+// smallDiskSizes and smallClaimSizes keep small inputs small: a few
+// dozen pods fill three nodes, so the exact solver finishes. Claims are
+// large against the disks, which is where packing matters most.
+var (
+	smallDiskSizes  = []weighted{{512 * gi, 2}, {1 * ti, 3}, {2 * ti, 2}}
+	smallClaimSizes = []weighted{{50 * gi, 2}, {100 * gi, 3}, {200 * gi, 3}, {300 * gi, 3}, {500 * gi, 3}, {750 * gi, 2}, {1 * ti, 2}, {1536 * gi, 1}}
+)
 
 func reportSmall(w io.Writer, cfg Config) {
 	type agg struct {
@@ -158,7 +162,7 @@ func reportSmall(w io.Writer, cfg Config) {
 	solved, unsolved := 0, 0
 	for k := 0; k < cfg.SmallInstances; k++ {
 		in := Generate(InputConfig{Nodes: 3, MinDisks: 2, MaxDisks: 3, MaxUsed: 0.5, Load: 1.3,
-			Seed: cfg.Seed*1_000_003 + uint64(k), DiskSizes: smallDiskSizes})
+			Seed: cfg.Seed*1_000_003 + uint64(k), DiskSizes: smallDiskSizes, ClaimSizes: smallClaimSizes})
 		results := runAll(in, Options{MaxReschedules: cfg.MaxReschedules, Seed: cfg.Seed + uint64(k)})
 		opt, ok := Exact(in)
 		if !ok || opt == 0 {
