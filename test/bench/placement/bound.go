@@ -198,7 +198,17 @@ func nodeShares(free []int64, types []podType, steps *int) []share {
 	var sizes []int64
 	var walk func(t int, bytes int64)
 	walk = func(t int, bytes int64) {
+		if *steps > maxExactSteps {
+			return
+		}
 		if t == len(types) {
+			// Keep only maximal vectors: the caller caps them by what is
+			// still available.
+			for u := range types {
+				if counts[u] < types[u].count && binPack(free, append(sizes[:len(sizes):len(sizes)], types[u].sizes...), steps) {
+					return
+				}
+			}
 			out = append(out, share{counts: slices.Clone(counts), bytes: bytes})
 			return
 		}
@@ -216,35 +226,7 @@ func nodeShares(free []int64, types []podType, steps *int) []share {
 		sizes = sizes[:mark]
 	}
 	walk(0, 0)
-	return maximal(out)
-}
-
-// maximal drops every share that another share includes.
-func maximal(shares []share) []share {
-	var out []share
-	for i, a := range shares {
-		dominated := false
-		for j, b := range shares {
-			if i != j && includes(b.counts, a.counts) && (!slices.Equal(a.counts, b.counts) || j < i) {
-				dominated = true
-				break
-			}
-		}
-		if !dominated {
-			out = append(out, a)
-		}
-	}
 	return out
-}
-
-// includes reports whether a has at least as many pods of every type as b.
-func includes(a, b []int) bool {
-	for i := range a {
-		if a[i] < b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // binPack reports whether items of the given sizes fit into bins with the

@@ -127,11 +127,15 @@ func report(w io.Writer, cfg Config) {
 		fmt.Fprintf(w, "%d disks, %s TiB free at the start; stream of %d pods requesting %s TiB; "+
 			"%d pods fit on no node even at the start; bound %s TiB (%s of the free space).\n\n",
 			disks, tib(b.FreeBytes), len(in.Pods), tib(in.StreamBytes()), b.Infeasible, tib(b.Bytes), pct(b.Bytes, b.FreeBytes))
-		fmt.Fprintln(w, "| model | pods placed | TiB placed | of bound | ResourceExhausted | reschedules | pending | stuck (TiB stranded) | pending that could fit | time |")
-		fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		fmt.Fprintln(w, "| model | pods placed | TiB placed | of bound | first Pending at | ResourceExhausted | reschedules | pending | stuck (TiB stranded) | pending that could fit | time |")
+		fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 		for _, r := range runAll(in, Options{PercentageOfNodesToScore: cfg.PercentageOfNodesToScore, MaxReschedules: cfg.MaxReschedules, Seed: cfg.Seed}) {
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %d | %d | %d (%s) | %d | %.1fs |\n",
-				r.Model, r.Placed, tib(r.PlacedBytes), pct(r.PlacedBytes, b.Bytes), r.ResourceExhausted, r.Reschedules,
+			first := "never"
+			if r.FirstPendingAt >= 0 {
+				first = pct(r.FirstPendingAt, b.FreeBytes)
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %d | %d | %d | %d (%s) | %d | %.1fs |\n",
+				r.Model, r.Placed, tib(r.PlacedBytes), pct(r.PlacedBytes, b.Bytes), first, r.ResourceExhausted, r.Reschedules,
 				r.Pending, r.Stuck, tib(r.StrandedBytes), r.PendingCouldFit, r.Elapsed.Seconds())
 		}
 		fmt.Fprintf(w, "\n(%.1fs for this cluster size)\n", time.Since(start).Seconds())

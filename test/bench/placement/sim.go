@@ -109,6 +109,10 @@ type Result struct {
 	// PendingCouldFit counts pending pods whose claims would all fit
 	// together on some node at the end of the run.
 	PendingCouldFit int
+	// FirstPendingAt is the bytes the stream had requested before the
+	// first pod that was left Pending: how full the cluster could be made
+	// before it first refused a pod.
+	FirstPendingAt int64
 	// Elapsed is the wall time of the run.
 	Elapsed time.Duration
 }
@@ -199,9 +203,12 @@ func Run(name string, in *Input, c *cluster, m model, opts Options) Result {
 	res := Result{Model: name}
 	s := &scheduler{pct: opts.PercentageOfNodesToScore, rng: rand.New(rand.NewPCG(opts.Seed, 0x2545f4914f6cdd1d))}
 	var pending []int
+	var requested int64
+	res.FirstPendingAt = -1
 	remaining := make([]packing.Claim, 0, 8)
 	for pi := range in.Pods {
 		pod := &in.Pods[pi]
+		requested += pod.Bytes()
 		remaining = append(remaining[:0], pod.Claims...)
 		pinned := -1
 		var skip map[int]bool
@@ -262,6 +269,9 @@ func Run(name string, in *Input, c *cluster, m model, opts Options) Result {
 			res.Placed++
 			res.PlacedBytes += pod.Bytes()
 			continue
+		}
+		if res.Pending == 0 {
+			res.FirstPendingAt = requested - pod.Bytes()
 		}
 		res.Pending++
 		if made > 0 {
