@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
+	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 )
 
 // Config is everything a run depends on.
@@ -82,8 +82,13 @@ var models = []modelSpec{
 	{"DiskFit (MostAllocated, default)", func(in *Input, _ *cluster) model {
 		return newDiskFitModel(in, diskFitOptions(""))
 	}},
+	{"DiskFit (MostAllocated), score halved as in the 1.37 profile", func(in *Input, _ *cluster) model {
+		m := newDiskFitModel(in, diskFitOptions(""))
+		m.halveScore = true
+		return m
+	}},
 	{"DiskFit (LeastAllocated)", func(in *Input, _ *cluster) model {
-		return newDiskFitModel(in, diskFitOptions(configv1.LeastAllocated))
+		return newDiskFitModel(in, diskFitOptions(config.LeastAllocated))
 	}},
 	{"VolumeBinding + CSIStorageCapacity, driver best fit", func(_ *Input, c *cluster) model {
 		return &capacityModel{c: c}

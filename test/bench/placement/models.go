@@ -12,7 +12,8 @@ import (
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
-	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
+	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
+	diskfitplugin "github.com/diskfit/diskfit/scheduler-plugin/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
@@ -25,8 +26,13 @@ import (
 // scheduler would learn of them: a PV on the disk and a DiskNode update
 // from the node plugin.
 type diskFitModel struct {
-	l         *ledger.Ledger
-	opts      packing.Options
+	l    *ledger.Ledger
+	opts packing.Options
+	// halveScore averages the disk score with a VolumeBinding score of 0,
+	// as the plugin's Score does when VolumeBinding's PreScore asks to
+	// score (StorageCapacityScoring on, the default since 1.37) while it
+	// is blind to diskfit capacity, so it scores diskfit claims 0.
+	halveScore bool
 	in        *Input
 	diskNodes []*v1alpha1.DiskNode
 	version   uint64
@@ -34,23 +40,15 @@ type diskFitModel struct {
 	assignBuf [16]int
 }
 
-// diskFitOptions maps DiskFitArgs, defaulted as the scheduler defaults
-// them, to packing.Options, as the plugin's New does; strategy overrides
+// diskFitOptions are the packing options of a DiskFit plugin with
+// default args, built by the plugin's own translation; strategy overrides
 // the scoring strategy when not empty.
-func diskFitOptions(strategy configv1.ScoringStrategyType) packing.Options {
-	args := &configv1.DiskFitArgs{}
+func diskFitOptions(strategy config.ScoringStrategyType) packing.Options {
+	args := diskfitplugin.DefaultArgs()
 	if strategy != "" {
-		args.ScoringStrategy = &configv1.ScoringStrategy{Type: strategy}
+		args.ScoringStrategy.Type = strategy
 	}
-	configv1.SetDefaults_DiskFitArgs(args)
-	opts := packing.Options{Strategy: packing.MostAllocated, MaxExactClaims: int(*args.MaxExactClaims)}
-	if args.ScoringStrategy.Type == configv1.LeastAllocated {
-		opts.Strategy = packing.LeastAllocated
-	}
-	if opts.MaxExactClaims == 0 {
-		opts.MaxExactClaims = -1
-	}
-	return opts
+	return diskfitplugin.PackingOptions(args)
 }
 
 func newDiskFitModel(in *Input, opts packing.Options) *diskFitModel {
@@ -100,7 +98,11 @@ func (m *diskFitModel) score(n int, claims []packing.Claim) int64 {
 	if !ok {
 		return fwk.MinNodeScore
 	}
-	return fwk.MinNodeScore + packing.Score(disks, claims, assign, m.opts.Strategy, nil, fwk.MaxNodeScore-fwk.MinNodeScore)
+	score := fwk.MinNodeScore + packing.Score(disks, claims, assign, m.opts.Strategy, nil, fwk.MaxNodeScore-fwk.MinNodeScore)
+	if m.halveScore {
+		score /= 2
+	}
+	return score
 }
 
 func (m *diskFitModel) reserve(pod *Pod, n int, claims []packing.Claim) []int {
