@@ -33,11 +33,11 @@ type diskFitModel struct {
 	// score (StorageCapacityScoring on, the default since 1.37) while it
 	// is blind to diskfit capacity, so it scores diskfit claims 0.
 	halveScore bool
-	in        *Input
-	diskNodes []*v1alpha1.DiskNode
-	version   uint64
-	diskBuf   [packing.MaxInlineDisks]packing.Disk
-	assignBuf [16]int
+	in         *Input
+	diskNodes  []*v1alpha1.DiskNode
+	version    uint64
+	diskBuf    [packing.MaxInlineDisks]packing.Disk
+	assignBuf  [16]int
 }
 
 // diskFitOptions are the packing options of a DiskFit plugin with
