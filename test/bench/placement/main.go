@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
@@ -51,13 +52,14 @@ func parseNodes(s string) ([]int, error) {
 func main() {
 	var cfg Config
 	var nodes string
-	var pct int
+	var pct, procs int
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed for the inputs and the schedulers' tie-breaks")
 	flag.StringVar(&nodes, "nodes", "100,1000", "comma-separated cluster sizes")
 	flag.Float64Var(&cfg.Load, "load", 1.5, "requested bytes of the pod stream over the cluster's free bytes")
 	flag.IntVar(&pct, "percentage-of-nodes-to-score", 0, "kube-scheduler's percentageOfNodesToScore (0: its adaptive default)")
 	flag.IntVar(&cfg.MaxReschedules, "max-reschedules", 10, "reschedules of one pod before it is left Pending")
 	flag.IntVar(&cfg.SmallInstances, "small", 100, "small inputs (3 nodes) solved exactly; 0 skips them")
+	flag.IntVar(&procs, "procs", 0, "models run side by side (0: GOMAXPROCS); the tables do not depend on it")
 	flag.Parse()
 	var err error
 	if cfg.Nodes, err = parseNodes(nodes); err != nil {
@@ -69,6 +71,9 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.PercentageOfNodesToScore = int32(pct)
+	if procs > 0 {
+		runtime.GOMAXPROCS(procs)
+	}
 	report(os.Stdout, cfg)
 }
 
@@ -98,13 +103,23 @@ var models = []modelSpec{
 	}},
 }
 
-// runAll runs every model on in, each on its own copy of the cluster.
+// runAll runs every model on in, each on its own copy of the cluster and
+// with its own tie-break source, so running them side by side changes no
+// result, only the wall time of each.
 func runAll(in *Input, opts Options) []Result {
 	out := make([]Result, len(models))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
 	for i, spec := range models {
-		c := newCluster(in)
-		out[i] = Run(spec.name, in, c, spec.make(in, c), opts)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			c := newCluster(in)
+			out[i] = Run(spec.name, in, c, spec.make(in, c), opts)
+		}()
 	}
+	wg.Wait()
 	return out
 }
 
