@@ -3,6 +3,7 @@ package diskfit
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -61,32 +62,55 @@ func (pl *DiskFit) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWith
 
 // toDiskNode accepts typed DiskNodes and the unstructured objects the
 // scheduler's dynamic informers deliver.
-func toDiskNode(obj interface{}) (*v1alpha1.DiskNode, error) {
+func (pl *DiskFit) toDiskNode(obj interface{}) (*v1alpha1.DiskNode, error) {
 	switch o := obj.(type) {
 	case nil:
 		return nil, nil
 	case *v1alpha1.DiskNode:
 		return o, nil
 	case *unstructured.Unstructured:
-		dn := &v1alpha1.DiskNode{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, dn); err != nil {
-			return nil, fmt.Errorf("converting DiskNode %s: %w", o.GetName(), err)
-		}
-		return dn, nil
+		return pl.conversions.convert(o)
 	default:
 		return nil, fmt.Errorf("unexpected DiskNode object %T", obj)
 	}
+}
+
+// diskNodeConversions remembers the last conversions from unstructured: the
+// queue calls the hint once per pending pod with the same old and new
+// objects, and converting each time would cost a conversion per pod.
+type diskNodeConversions struct {
+	mu   sync.Mutex
+	src  [2]*unstructured.Unstructured
+	dn   [2]*v1alpha1.DiskNode
+	next int
+}
+
+func (c *diskNodeConversions) convert(u *unstructured.Unstructured) (*v1alpha1.DiskNode, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.src {
+		if c.src[i] == u {
+			return c.dn[i], nil
+		}
+	}
+	dn := &v1alpha1.DiskNode{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, dn); err != nil {
+		return nil, fmt.Errorf("converting DiskNode %s: %w", u.GetName(), err)
+	}
+	c.src[c.next], c.dn[c.next] = u, dn
+	c.next = (c.next + 1) % len(c.src)
+	return dn, nil
 }
 
 // isSchedulableAfterDiskNodeChange queues the pod when a node's disks may
 // hold more than before: a new DiskNode, a disk that is new, newly healthy,
 // freer or of another class, or a status that was stale and is fresh again.
 func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	oldDN, err := toDiskNode(oldObj)
+	oldDN, err := pl.toDiskNode(oldObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	newDN, err := toDiskNode(newObj)
+	newDN, err := pl.toDiskNode(newObj)
 	if err != nil || newDN == nil {
 		return fwk.Queue, err
 	}

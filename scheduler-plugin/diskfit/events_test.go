@@ -218,3 +218,33 @@ func mustEvents(t *testing.T, env *testEnv) []fwk.ClusterEventWithHint {
 	}
 	return events
 }
+
+func TestDiskNodeConversionReused(t *testing.T) {
+	env := newTestEnv(t, nil, nil)
+	a := toUnstructured(t, diskNode("n1", freeDisk("d0", gi)))
+	b := toUnstructured(t, diskNode("n2", freeDisk("d0", gi)))
+	c := toUnstructured(t, diskNode("n3", freeDisk("d0", gi)))
+	first, err := env.pl.toDiskNode(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Name != "n1" || len(first.Status.Disks) != 1 {
+		t.Fatalf("converted %+v", first)
+	}
+	if _, err := env.pl.toDiskNode(b); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := env.pl.toDiskNode(a); again != first {
+		t.Error("the same object was converted twice")
+	}
+	// Two newer objects push the first out.
+	if _, err := env.pl.toDiskNode(c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.pl.toDiskNode(b); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := env.pl.toDiskNode(a); again == first {
+		t.Error("a forgotten object was not converted again")
+	}
+}

@@ -64,8 +64,9 @@ type DiskFit struct {
 	noClaims *stateData
 	last     atomic.Pointer[lastCycle]
 	// activator requeues pods waiting for space that Unreserve frees.
-	activator fwk.PodActivator
-	waiting   waitingPods
+	activator   fwk.PodActivator
+	waiting     waitingPods
+	conversions diskNodeConversions
 	// handlersSynced report whether the ledger's event handlers have seen
 	// their informers' initial lists.
 	handlersSynced []cache.InformerSynced
