@@ -349,6 +349,10 @@ func (pl *DiskFit) watchDiskNodes(ctx context.Context, client versioned.Interfac
 		return fmt.Errorf("watching DiskNodes: %w", err)
 	}
 	factory.Start(ctx.Done())
+	// Said before waiting: without the DiskNode CRD the wait lasts until it
+	// is installed, and the reflector's list errors alone do not say who
+	// is waiting.
+	klog.FromContext(ctx).V(1).Info("DiskFit waiting for DiskNodes to sync; the DiskNode CRD must be installed")
 	// Waiting for the handler, not just the informer, means every DiskNode
 	// is in the ledger before New returns.
 	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
