@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,6 +81,9 @@ func readSmall(path string, buf []byte) (string, bool) {
 // harmless.
 func Attach(ctx context.Context, file string) (string, error) {
 	if dev, err := Find(ctx, file); err != nil || dev != "" {
+		if err == nil {
+			err = disableDiscard(dev)
+		}
 		return dev, err
 	}
 	// The sector size is pinned: with direct I/O the kernel otherwise
@@ -96,7 +100,29 @@ func Attach(ctx context.Context, file string) (string, error) {
 	if dev == "" {
 		return "", fmt.Errorf("losetup printed no device for %s", file)
 	}
+	if err := disableDiscard(dev); err != nil {
+		_, _ = run(ctx, "losetup", "--detach", dev)
+		return "", err
+	}
 	return dev, nil
+}
+
+// disableDiscard stops dev from passing discards to its backing file. A loop
+// device turns a discard into a hole punched in the file, which would hand
+// the volume's preallocated space back to the disk (mkfs discards the whole
+// device, fstrim and mount -o discard do it later) and let the disk promise
+// that space twice. It must run before anything else uses the device, and
+// again after a refresh, which recomputes the queue limits.
+func disableDiscard(dev string) error {
+	path := filepath.Join("/sys/block", filepath.Base(dev), "queue", "discard_max_bytes")
+	err := os.WriteFile(path, []byte("0"), 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("disabling discard on %s: %w", dev, err)
+	}
+	return nil
 }
 
 // Detach detaches every loop device backed by file; none is fine.
@@ -144,8 +170,10 @@ func waitDetached(ctx context.Context, file string) error {
 
 // Refresh makes dev pick up its backing file's new size.
 func Refresh(ctx context.Context, dev string) error {
-	_, err := run(ctx, "losetup", "--set-capacity", dev)
-	return err
+	if _, err := run(ctx, "losetup", "--set-capacity", dev); err != nil {
+		return err
+	}
+	return disableDiscard(dev)
 }
 
 // DirectIO reports whether dev does direct I/O on its backing file; the
