@@ -98,6 +98,9 @@ var models = []modelSpec{
 	{"VolumeBinding + CSIStorageCapacity, driver best fit", func(_ *Input, c *cluster) model {
 		return &capacityModel{c: c}
 	}},
+	{"VolumeBinding + CSIStorageCapacity without capacity scoring (before 1.37), driver best fit", func(_ *Input, c *cluster) model {
+		return &capacityModel{c: c, unscored: true}
+	}},
 	{"node sum of free (TopoLVM-style), driver best fit", func(_ *Input, c *cluster) model {
 		return &capacityModel{c: c, joint: true}
 	}},

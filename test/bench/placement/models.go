@@ -172,6 +172,10 @@ func (m *diskFitModel) provisioned(n, d int, c *packing.Claim) {
 type capacityModel struct {
 	c     *cluster
 	joint bool
+	// unscored leaves every node the same score, as VolumeBinding does for
+	// dynamic provisioning without StorageCapacityScoring (off by default
+	// before 1.37): the choice is random.
+	unscored bool
 }
 
 func (m *capacityModel) filter(n int, claims []packing.Claim) bool {
@@ -192,6 +196,9 @@ func (m *capacityModel) filter(n int, claims []packing.Claim) bool {
 }
 
 func (m *capacityModel) score(n int, claims []packing.Claim) int64 {
+	if m.unscored {
+		return 0
+	}
 	total, _ := m.c.capacity(n)
 	var requested int64
 	for _, c := range claims {
