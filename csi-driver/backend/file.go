@@ -396,20 +396,30 @@ func (f *File) ListVolumes(ctx context.Context) ([]Volume, error) {
 
 // ExpandVolume implements Backend: the file grows first, then the record,
 // then the loop device's idea of the size. A crash in between leaves a file
-// larger than its record, which a retry grows to the same size again.
+// larger than its record, which a retry grows to the same size again, or a
+// record larger than its loop device, which a retry (or the next Attach)
+// refreshes. A failed allocation is cut back to the recorded size: ext4
+// keeps whatever part of a fallocate it managed before ENOSPC, and the file
+// would then hold the disk's last free space and attach larger than its
+// record.
 func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volume, error) {
 	vol, err := f.GetVolume(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	if size <= vol.SizeBytes {
-		return vol, nil
+		return vol, f.refreshLoop(ctx, key, vol.SizeBytes)
 	}
 	file, err := os.OpenFile(f.volumeFile(key), os.O_WRONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening data file: %w", err)
 	}
 	err = allocate(file, size)
+	if err != nil {
+		if terr := file.Truncate(vol.SizeBytes); terr != nil {
+			err = fmt.Errorf("%w (and cutting the file back to %d bytes: %w)", err, vol.SizeBytes, terr)
+		}
+	}
 	if err == nil {
 		err = file.Sync()
 	}
@@ -421,16 +431,38 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 	if err := writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol, true); err != nil {
 		return nil, err
 	}
+	return vol, f.refreshLoop(ctx, key, size)
+}
+
+// refreshLoop makes the volume's loop device, if it has one, as large as
+// the recorded size.
+func (f *File) refreshLoop(ctx context.Context, key string, size int64) error {
 	dev, err := loop.Find(ctx, f.volumeFile(key))
+	if err != nil || dev == "" {
+		return err
+	}
+	return refreshIfSmaller(ctx, dev, size)
+}
+
+// refreshIfSmaller runs losetup --set-capacity on dev when sysfs says it is
+// smaller than size, so the common case costs one read and no process.
+func refreshIfSmaller(ctx context.Context, dev string, size int64) error {
+	data, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "size"))
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("reading size of %s: %w", dev, err)
 	}
-	if dev != "" {
-		if err := loop.Refresh(ctx, dev); err != nil {
-			return nil, err
-		}
+	var sectors int64
+	if _, err := fmt.Sscan(string(data), &sectors); err != nil {
+		return fmt.Errorf("parsing size of %s %q: %w", dev, data, err)
 	}
-	return vol, nil
+	// sysfs counts 512-byte sectors whatever the device's sector size.
+	if sectors*512 >= size {
+		return nil
+	}
+	if err := loop.Refresh(ctx, dev); err != nil {
+		return fmt.Errorf("refreshing the size of %s: %w", dev, err)
+	}
+	return nil
 }
 
 // VolumeHealth implements Backend.
@@ -446,11 +478,19 @@ func (f *File) VolumeHealth(ctx context.Context, key string) error {
 
 // Attach implements Backend. Attachments are found again by backing file,
 // which also re-creates them after a reboot when the volume is staged again.
+// An attachment that outlived an interrupted expansion is refreshed to the
+// recorded size, so what is staged on it (an ext4 grown offline at stage)
+// sees the size the volume was grown to.
 func (f *File) Attach(ctx context.Context, key string) (string, error) {
-	if _, err := f.GetVolume(ctx, key); err != nil {
+	vol, err := f.GetVolume(ctx, key)
+	if err != nil {
 		return "", err
 	}
-	return loop.Attach(ctx, f.volumeFile(key))
+	dev, err := loop.Attach(ctx, f.volumeFile(key))
+	if err != nil {
+		return "", err
+	}
+	return dev, refreshIfSmaller(ctx, dev, vol.SizeBytes)
 }
 
 // Device implements Backend.

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,33 +153,92 @@ func assertEmpty(t *testing.T, p string) {
 	}
 }
 
-// TestFileNoSpace asks a small XFS for more than it has: fallocate really
-// fails with ENOSPC and nothing of the volume remains.
+// TestFileNoSpace asks a small disk for more than it has: fallocate really
+// fails with ENOSPC, nothing of a new volume remains, and a volume that
+// cannot grow keeps its size and gives back what the failed allocation
+// took (ext4 keeps the part of a fallocate it managed before ENOSPC).
 func TestFileNoSpace(t *testing.T) {
+	for _, fsType := range []string{"xfs", "ext4"} {
+		t.Run(fsType, func(t *testing.T) {
+			ctx := context.Background()
+			f, p := newFile(t, fsType, 320*mi, 0)
+			u, err := f.Usage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = f.CreateVolume(ctx, CreateRequest{Key: "big", Name: "big", SizeBytes: u.FreeBytes + mi})
+			if !errors.Is(err, ErrNoSpace) {
+				t.Fatalf("got %v, want ErrNoSpace", err)
+			}
+			assertEmpty(t, p)
+			after, _ := f.Usage(ctx)
+			if after.FreeBytes < u.FreeBytes-mi {
+				t.Errorf("free space went from %d to %d after a failed create", u.FreeBytes, after.FreeBytes)
+			}
+			vol, err := f.CreateVolume(ctx, CreateRequest{Key: "small", Name: "small", SizeBytes: 10 * mi})
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ = f.Usage(ctx)
+			if _, err := f.ExpandVolume(ctx, vol.Key, u.FreeBytes*2); !errors.Is(err, ErrNoSpace) {
+				t.Errorf("expanding past the disk: %v, want ErrNoSpace", err)
+			}
+			if got, _ := f.GetVolume(ctx, vol.Key); got.SizeBytes != 10*mi {
+				t.Errorf("failed expansion changed the recorded size to %d", got.SizeBytes)
+			}
+			if st, err := os.Stat(f.volumeFile(vol.Key)); err != nil || st.Size() != 10*mi {
+				t.Errorf("failed expansion left the data file at %v bytes (%v), want %d", st.Size(), err, 10*mi)
+			}
+			if after, _ := f.Usage(ctx); after.FreeBytes < u.FreeBytes-mi {
+				t.Errorf("free space went from %d to %d after a failed expansion", u.FreeBytes, after.FreeBytes)
+			}
+		})
+	}
+}
+
+// TestFileFinishesInterruptedExpand leaves a record larger than the
+// attached loop device, as a crash between the record and losetup -c
+// does: the retried expansion, and an Attach (the next stage), refresh the
+// device to the recorded size.
+func TestFileFinishesInterruptedExpand(t *testing.T) {
 	ctx := context.Background()
-	f, p := newFile(t, "xfs", 320*mi, 0)
-	u, err := f.Usage(ctx)
+	f, _ := newFile(t, "xfs", 1024*mi, 0)
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := f.Attach(ctx, "v")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.CreateVolume(ctx, CreateRequest{Key: "big", Name: "big", SizeBytes: u.FreeBytes + mi})
-	if !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("got %v, want ErrNoSpace", err)
-	}
-	assertEmpty(t, p)
-	after, _ := f.Usage(ctx)
-	if after.FreeBytes < u.FreeBytes-mi {
-		t.Errorf("free space went from %d to %d after a failed create", u.FreeBytes, after.FreeBytes)
-	}
-	vol, err := f.CreateVolume(ctx, CreateRequest{Key: "small", Name: "small", SizeBytes: 10 * mi})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.ExpandVolume(ctx, vol.Key, u.FreeBytes*2); !errors.Is(err, ErrNoSpace) {
-		t.Errorf("expanding past the disk: %v, want ErrNoSpace", err)
-	}
-	if got, _ := f.GetVolume(ctx, vol.Key); got.SizeBytes != 10*mi {
-		t.Errorf("failed expansion changed the recorded size to %d", got.SizeBytes)
+	t.Cleanup(func() {
+		if err := f.Detach(ctx, "v"); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, tt := range []struct {
+		name string
+		size int64
+		redo func() error
+	}{
+		{"retried expansion", 128 * mi, func() error { _, err := f.ExpandVolume(ctx, "v", 128*mi); return err }},
+		{"attach", 192 * mi, func() error { _, err := f.Attach(ctx, "v"); return err }},
+	} {
+		// What ExpandVolume does before losetup -c.
+		vol, err := f.GetVolume(ctx, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		testdisk.Run(t, "fallocate", "-l", fmt.Sprint(tt.size), f.volumeFile("v"))
+		vol.SizeBytes = tt.size
+		if err := writeJSONAtomic(filepath.Join(f.volumes, "v"+metaSuffix), vol, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := tt.redo(); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if size, err := devSize(dev); err != nil || size != tt.size {
+			t.Errorf("%s: device has %d bytes (%v), want %d", tt.name, size, err, tt.size)
+		}
 	}
 }
 

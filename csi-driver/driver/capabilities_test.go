@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -36,5 +38,45 @@ func TestVolumeSize(t *testing.T) {
 				t.Errorf("volumeSize = %d, %v; want %d, %s", got, err, tt.want, tt.wantCode)
 			}
 		})
+	}
+}
+
+// TestExpansionIsNodeOnly checks what external-resizer and the kubelet
+// read: online expansion is supported and done by the node service, and
+// the controller neither advertises nor serves it, so the resizer never
+// sends ControllerExpandVolume to a node that does not have the volume.
+func TestExpansionIsNodeOnly(t *testing.T) {
+	d := &Driver{}
+	ctx := context.Background()
+	ccaps, err := d.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range ccaps.GetCapabilities() {
+		if c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_EXPAND_VOLUME {
+			t.Error("ControllerGetCapabilities lists EXPAND_VOLUME")
+		}
+	}
+	ncaps, err := d.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(ncaps.GetCapabilities(), func(c *csi.NodeServiceCapability) bool {
+		return c.GetRpc().GetType() == csi.NodeServiceCapability_RPC_EXPAND_VOLUME
+	}) {
+		t.Error("NodeGetCapabilities does not list EXPAND_VOLUME")
+	}
+	pcaps, err := d.GetPluginCapabilities(ctx, &csi.GetPluginCapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(pcaps.GetCapabilities(), func(c *csi.PluginCapability) bool {
+		return c.GetVolumeExpansion().GetType() == csi.PluginCapability_VolumeExpansion_ONLINE
+	}) {
+		t.Error("GetPluginCapabilities does not offer online volume expansion")
+	}
+	_, err = d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "disk:pvc-1", CapacityRange: &csi.CapacityRange{RequiredBytes: gi}})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("ControllerExpandVolume: %v, want Unimplemented", err)
 	}
 }

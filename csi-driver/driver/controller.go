@@ -23,12 +23,17 @@ var _ csi.ControllerServer = &Driver{}
 
 // ControllerGetCapabilities implements csi.ControllerServer. Snapshots and
 // clones are advertised only when at least one disk can do them.
+//
+// EXPAND_VOLUME is deliberately absent, and ControllerExpandVolume is left
+// to the embedded UnimplementedControllerServer: a cluster runs one
+// external-resizer, connected to one node's driver, which could not grow a
+// volume on another node. Without the capability the resizer only updates
+// the PV and leaves the growing to NodeExpandVolume on the volume's node.
 func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	caps := []*csi.ControllerServiceCapability{
 		controllerCap(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME),
 		controllerCap(csi.ControllerServiceCapability_RPC_LIST_VOLUMES),
 		controllerCap(csi.ControllerServiceCapability_RPC_GET_CAPACITY),
-		controllerCap(csi.ControllerServiceCapability_RPC_EXPAND_VOLUME),
 		controllerCap(csi.ControllerServiceCapability_RPC_GET_VOLUME),
 		controllerCap(csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH),
 		controllerCap(csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH),
@@ -524,42 +529,6 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 		largest = max(largest, u.FreeBytes)
 	}
 	return &csi.GetCapacityResponse{AvailableCapacity: total, MaximumVolumeSize: wrapperspb.Int64(largest)}, nil
-}
-
-// ControllerExpandVolume implements csi.ControllerServer.
-func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
-	dk, key, err := d.volumeOf(req.GetVolumeId())
-	if err != nil {
-		return nil, err
-	}
-	if req.GetCapacityRange() == nil {
-		return nil, status.Error(codes.InvalidArgument, "capacity range is missing")
-	}
-	if req.GetVolumeCapability() != nil {
-		if err := checkCapability(req.GetVolumeCapability()); err != nil {
-			return nil, err
-		}
-	}
-	// Growing never crosses a floor, so the Block one (alignment only)
-	// serves every volume mode.
-	size, err := volumeSize(req.GetCapacityRange(), true)
-	if err != nil {
-		return nil, err
-	}
-	defer d.locks.lock("volume/" + key)()
-	vol, err := dk.backend.ExpandVolume(ctx, key, size)
-	if errors.Is(err, backend.ErrNoSpace) {
-		return nil, status.Errorf(codes.ResourceExhausted, "disk %s cannot grow volume %s to %d bytes: %v", dk.name, req.GetVolumeId(), size, err)
-	}
-	if err != nil {
-		return nil, toStatus(fmt.Errorf("expanding volume %s: %w", req.GetVolumeId(), err))
-	}
-	klog.FromContext(ctx).Info("Expanded volume", "volume", req.GetVolumeId(), "bytes", vol.SizeBytes)
-	d.triggerStatus()
-	return &csi.ControllerExpandVolumeResponse{
-		CapacityBytes:         vol.SizeBytes,
-		NodeExpansionRequired: req.GetVolumeCapability().GetBlock() == nil,
-	}, nil
 }
 
 // CreateSnapshot implements csi.ControllerServer. A snapshot lives on its

@@ -214,7 +214,7 @@ func TestVolumeIDValidation(t *testing.T) {
 			wantCode(t, err, tt.wantGet)
 			_, err = e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: tt.id})
 			wantCode(t, err, tt.wantDelete)
-			_, err = e.d.ControllerExpandVolume(e.ctx, &csi.ControllerExpandVolumeRequest{VolumeId: tt.id, CapacityRange: &csi.CapacityRange{RequiredBytes: gi}})
+			_, err = e.d.NodeExpandVolume(e.ctx, &csi.NodeExpandVolumeRequest{VolumeId: tt.id, VolumePath: e.kubelet + "/t", CapacityRange: &csi.CapacityRange{RequiredBytes: gi}})
 			wantCode(t, err, tt.wantGet)
 			_, err = e.d.NodeStageVolume(e.ctx, &csi.NodeStageVolumeRequest{VolumeId: tt.id, StagingTargetPath: e.kubelet + "/s", VolumeCapability: mountCap()})
 			if tt.id == "" {

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
+
+	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
 var _ csi.NodeServer = &Driver{}
@@ -492,10 +494,14 @@ func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorage
 	return resp, nil
 }
 
-// NodeExpandVolume implements csi.NodeServer: grow the filesystem to the
-// device. XFS grows online. ext4 online grow is refused by some kernels
-// (including the test machines'); then the answer says so and the
-// filesystem grows offline at the next NodeStageVolume.
+// NodeExpandVolume implements csi.NodeServer and does the whole expansion,
+// because volumes are local to this node and the controller side of a
+// cluster cannot reach them (see ControllerGetCapabilities): it grows the
+// volume to the capacity range, refreshes its device, then grows the
+// filesystem on it. XFS grows online. ext4 online grow is refused by some
+// kernels (including the test machines'); then the answer says so and the
+// filesystem grows offline at the next NodeStageVolume. Every step is a
+// no-op when already done, so the kubelet's retries are safe.
 func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is missing")
@@ -503,30 +509,57 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if req.GetVolumePath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume path is missing")
 	}
-	dk, vol, err := d.getVolume(ctx, req.GetVolumeId())
+	vc := req.GetVolumeCapability()
+	if vc != nil {
+		if err := checkCapability(vc); err != nil {
+			return nil, err
+		}
+	}
+	size, err := expandSize(req.GetCapacityRange())
 	if err != nil {
 		return nil, err
 	}
-	// The filesystem is grown through this path, so it must be one of
-	// the kubelet's.
-	volumePath, err := d.checkPath("volume path", req.GetVolumePath())
+	dk, key, err := d.volumeOf(req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	defer d.locks.lock("volume/" + vol.Key)()
-	dev, err := dk.backend.Device(ctx, vol.Key)
+	defer d.locks.lock("volume/" + key)()
+	vol, err := dk.backend.GetVolume(ctx, key)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("volume %q: %w", req.GetVolumeId(), err))
+	}
+	block := vc.GetBlock() != nil
+	volumePath := ""
+	if !block {
+		// The filesystem is grown through this path, so it must be one of
+		// the kubelet's. Checked after the lookup: an unknown volume is
+		// NotFound whatever the path. A Block volume's path is not used.
+		if volumePath, err = d.checkPath("volume path", req.GetVolumePath()); err != nil {
+			return nil, err
+		}
+	}
+	dev, err := dk.backend.Device(ctx, key)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if dev == "" {
+		// The kubelet expands only volumes it has staged, and the
+		// filesystem of one that is not could not be grown with it.
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on this node", req.GetVolumeId())
 	}
-	if req.GetVolumeCapability().GetBlock() != nil {
-		return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
+	if !block {
+		st, err := os.Stat(volumePath)
+		if err != nil {
+			return nil, status.Errorf(codes.NotFound, "volume path %s: %v", volumePath, err)
+		}
+		// Without a capability (csi-sanity sends none) a Block volume is
+		// known by its publication: a file, not a directory.
+		block = !st.IsDir()
 	}
-	if st, err := os.Stat(volumePath); err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", volumePath, err)
-	} else if !st.IsDir() {
+	if vol, err = d.growVolume(ctx, dk, req.GetVolumeId(), vol, size); err != nil {
+		return nil, err
+	}
+	if block {
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
 	}
 	format, err := d.mounter.GetDiskFormat(dev)
@@ -542,4 +575,37 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	}
 	klog.FromContext(ctx).Info("Grew filesystem", "volume", req.GetVolumeId(), "fsType", format, "bytes", vol.SizeBytes)
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
+}
+
+// expandSize is the size an expansion grows a volume to: 0 (no growth, only
+// the filesystem is fitted to its device) when the range requires nothing,
+// which the CSI spec allows; otherwise the volumeSize rules. Growing never
+// crosses a floor, so the Block one (alignment only) serves every volume
+// mode.
+func expandSize(cr *csi.CapacityRange) (int64, error) {
+	if cr.GetRequiredBytes() == 0 && cr.GetLimitBytes() >= 0 {
+		return 0, nil
+	}
+	return volumeSize(cr, true)
+}
+
+// growVolume grows vol's backing storage (file or LV, and its device) to
+// size through the backend, which does nothing but finish an interrupted
+// grow when the volume is already that large. A full disk is
+// ResourceExhausted and leaves the volume as it was.
+func (d *Driver) growVolume(ctx context.Context, dk *disk, id string, vol *backend.Volume, size int64) (*backend.Volume, error) {
+	grown, err := dk.backend.ExpandVolume(ctx, vol.Key, size)
+	if errors.Is(err, backend.ErrNoSpace) {
+		u, _ := dk.backend.Usage(ctx)
+		return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s has %d bytes free, volume %s needs %d more to grow from %d to %d bytes: %v",
+			dk.name, d.cfg.NodeID, u.FreeBytes, id, size-vol.SizeBytes, vol.SizeBytes, size, err)
+	}
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("growing volume %s to %d bytes: %w", id, size, err))
+	}
+	if grown.SizeBytes > vol.SizeBytes {
+		klog.FromContext(ctx).Info("Expanded volume", "volume", id, "disk", dk.name, "from", vol.SizeBytes, "bytes", grown.SizeBytes)
+		d.triggerStatus()
+	}
+	return grown, nil
 }

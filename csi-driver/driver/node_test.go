@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,10 +98,13 @@ func TestNodeFilesystemLifecycle(t *testing.T) {
 			}
 
 			grown := vol.CapacityBytes + 512*mi
-			if _, err := e.d.ControllerExpandVolume(e.ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: grown}}); err != nil {
-				t.Fatal(err)
+			expand := &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: target, StagingTargetPath: staging, VolumeCapability: cap,
+				CapacityRange: &csi.CapacityRange{RequiredBytes: grown}}
+			_, err = e.d.NodeExpandVolume(e.ctx, expand)
+			// The volume grows whatever happens to its filesystem.
+			if got := e.volumeSize(t, vol.VolumeId); got != grown {
+				t.Errorf("volume has %d bytes after NodeExpandVolume, want %d", got, grown)
 			}
-			_, err = e.d.NodeExpandVolume(e.ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: target, StagingTargetPath: staging, VolumeCapability: cap})
 			if fs == "ext4" && err != nil {
 				// This kernel refuses ext4 online grow; the driver says so
 				// and grows it at the next stage.
@@ -116,8 +120,9 @@ func TestNodeFilesystemLifecycle(t *testing.T) {
 				ro = ""
 				// kubelet retries the node expansion; now there is nothing
 				// left to grow and it succeeds.
-				if _, err := e.d.NodeExpandVolume(e.ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: target, StagingTargetPath: staging, VolumeCapability: cap}); err != nil {
-					t.Errorf("NodeExpandVolume after the offline grow: %v", err)
+				expand.VolumePath, expand.StagingTargetPath = target, staging
+				if resp, err := e.d.NodeExpandVolume(e.ctx, expand); err != nil || resp.CapacityBytes != grown {
+					t.Errorf("NodeExpandVolume after the offline grow: %v, %v", resp, err)
 				}
 			} else if err != nil {
 				t.Fatal(err)
@@ -177,6 +182,159 @@ func TestNodeBlockVolume(t *testing.T) {
 	}
 	out := testdisk.Run(t, "dd", "if=/dev/zero", "of="+target, "bs=1M", "count=4", "oflag=direct", "status=none")
 	_ = out
+
+	// Growing a Block volume grows its file and its loop device, which the
+	// published device node shows at once; there is no filesystem step.
+	// The second request carries no capability, as csi-sanity's: the
+	// published path being a file says Block.
+	for _, tt := range []struct {
+		name string
+		cap  *csi.VolumeCapability
+		size int64
+	}{{"with capability", cap, 128 * mi}, {"without capability", nil, 192 * mi}} {
+		resp, err := e.d.NodeExpandVolume(e.ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: target, StagingTargetPath: staging,
+			VolumeCapability: tt.cap, CapacityRange: &csi.CapacityRange{RequiredBytes: tt.size}})
+		if err != nil || resp.CapacityBytes != tt.size {
+			t.Fatalf("NodeExpandVolume %s: %v, %v; want %d bytes", tt.name, resp, err, tt.size)
+		}
+		if size, err := deviceSize(target); err != nil || size != tt.size {
+			t.Errorf("%s: published device has %d bytes (%v), want %d", tt.name, size, err, tt.size)
+		}
+	}
+	e.teardown(t, vol.VolumeId, staging, target)
+}
+
+// volumeSize returns a volume's size as the controller reports it.
+func (e *env) volumeSize(t *testing.T, id string) int64 {
+	t.Helper()
+	resp, err := e.d.ControllerGetVolume(e.ctx, &csi.ControllerGetVolumeRequest{VolumeId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Volume.CapacityBytes
+}
+
+// TestNodeExpandVolume grows a staged and published XFS volume through
+// NodeExpandVolume alone, as the kubelet does when the resizer did not
+// call ControllerExpandVolume: the backing file, the loop device and the
+// filesystem grow and the DiskNode refresh is asked for; a retry is a
+// no-op; bad ranges and a disk too full change nothing.
+func TestNodeExpandVolume(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	dk := e.d.disks[0]
+	cap := mountCap()
+	vol := e.mustCreate(t, createReq("pvc-grow", 400*mi))
+	staging := e.stage(t, vol.VolumeId, cap)
+	target, err := e.publish(t, vol.VolumeId, staging, "grow", cap, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "data"), []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := dk.backend.Device(e.ctx, "pvc-grow")
+	if err != nil || dev == "" {
+		t.Fatalf("device of the staged volume: %q, %v", dev, err)
+	}
+	expand := func(cr *csi.CapacityRange) (*csi.NodeExpandVolumeResponse, error) {
+		return e.d.NodeExpandVolume(e.ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: target, StagingTargetPath: staging,
+			VolumeCapability: cap, CapacityRange: cr})
+	}
+	// sizes returns the recorded, file, device and filesystem sizes.
+	sizes := func() [4]int64 {
+		t.Helper()
+		st, err := os.Stat(filepath.Join(e.paths["xfs"], "diskfit", "volumes", "pvc-grow.img"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		devBytes, err := deviceSize(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sfs unix.Statfs_t
+		if err := unix.Statfs(target, &sfs); err != nil {
+			t.Fatal(err)
+		}
+		return [4]int64{e.volumeSize(t, vol.VolumeId), st.Size(), devBytes, int64(sfs.Blocks) * sfs.Frsize}
+	}
+	kicked := func() bool {
+		select {
+		case <-e.d.kick:
+			return true
+		default:
+			return false
+		}
+	}
+	kicked() // CreateVolume's
+	before := sizes()
+	free, err := dk.backend.Usage(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name     string
+		cr       *csi.CapacityRange
+		wantCode codes.Code
+		wantMsg  []string
+	}{
+		{name: "limit below required", cr: &csi.CapacityRange{RequiredBytes: 2 * gi, LimitBytes: gi}, wantCode: codes.InvalidArgument},
+		{name: "negative required", cr: &csi.CapacityRange{RequiredBytes: -1}, wantCode: codes.InvalidArgument},
+		{name: "limit below the rounded size", cr: &csi.CapacityRange{RequiredBytes: gi + 1, LimitBytes: gi + 2}, wantCode: codes.OutOfRange},
+		{name: "absurd", cr: &csi.CapacityRange{RequiredBytes: 1 << 51}, wantCode: codes.OutOfRange},
+		{name: "beyond the disk", cr: &csi.CapacityRange{RequiredBytes: 100 * gi}, wantCode: codes.ResourceExhausted,
+			wantMsg: []string{"disk xfs", "bytes free", fmt.Sprint(100 * gi)}},
+		// The CSI spec makes the range optional: then only the filesystem
+		// is fitted to its device, which it already fills.
+		{name: "no capacity range", wantCode: codes.OK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := expand(tt.cr)
+			wantCode(t, err, tt.wantCode)
+			for _, m := range tt.wantMsg {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("message %q does not contain %q", err, m)
+				}
+			}
+			if err == nil && resp.CapacityBytes != vol.CapacityBytes {
+				t.Errorf("capacity %d, want %d", resp.CapacityBytes, vol.CapacityBytes)
+			}
+			if after := sizes(); after != before {
+				t.Errorf("sizes (record, file, device, filesystem) went from %v to %v", before, after)
+			}
+			if kicked() {
+				t.Error("a call that grew nothing asked for a DiskNode refresh")
+			}
+		})
+	}
+	if u, err := dk.backend.Usage(e.ctx); err != nil || u.FreeBytes < free.FreeBytes-mi {
+		t.Errorf("the failed expansions took space: free %d before, %+v, %v after", free.FreeBytes, u, err)
+	}
+
+	grown := vol.CapacityBytes + 512*mi
+	for i := range 2 {
+		resp, err := expand(&csi.CapacityRange{RequiredBytes: grown})
+		if err != nil || resp.CapacityBytes != grown {
+			t.Fatalf("expansion %d: %v, %v; want %d bytes", i+1, resp, err, grown)
+		}
+		after := sizes()
+		if after[0] != grown || after[1] != grown || after[2] != grown || after[3] <= before[3]+400*mi {
+			t.Errorf("expansion %d: sizes (record, file, device, filesystem) %v, want %d and a filesystem grown from %d", i+1, after, grown, before[3])
+		}
+		// Only the call that grew the volume asks for a DiskNode refresh;
+		// the kubelet's retry is a no-op.
+		if got := kicked(); got != (i == 0) {
+			t.Errorf("expansion %d asked for a DiskNode refresh: %v", i+1, got)
+		}
+	}
+	// A smaller request never shrinks.
+	if resp, err := expand(&csi.CapacityRange{RequiredBytes: vol.CapacityBytes}); err != nil || resp.CapacityBytes != grown {
+		t.Errorf("smaller request: %v, %v; want %d bytes", resp, err, grown)
+	}
+	if data, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(data) != "hello" {
+		t.Errorf("after expansion the volume reads %q, %v", data, err)
+	}
 	e.teardown(t, vol.VolumeId, staging, target)
 }
 

@@ -34,18 +34,10 @@ func TestRPCArgumentErrors(t *testing.T) {
 			_, err := d.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "xfs:\x00", VolumeCapabilities: []*csi.VolumeCapability{mountCap()}})
 			return err
 		}, codes.InvalidArgument},
-		{"ControllerExpandVolume without a capacity range", func() error {
-			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId})
+		{"ControllerExpandVolume, which only the node does", func() error {
+			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi}})
 			return err
-		}, codes.InvalidArgument},
-		{"ControllerExpandVolume with limit below required", func() error {
-			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi, LimitBytes: gi}})
-			return err
-		}, codes.InvalidArgument},
-		{"ControllerExpandVolume beyond the disk", func() error {
-			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 100 * gi}})
-			return err
-		}, codes.ResourceExhausted},
+		}, codes.Unimplemented},
 		{"CreateSnapshot without a name", func() error {
 			_, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{SourceVolumeId: vol.VolumeId})
 			return err
@@ -131,18 +123,34 @@ func TestRPCArgumentErrors(t *testing.T) {
 			return err
 		}, codes.NotFound},
 		{"NodeExpandVolume of a volume not staged", func() error {
-			_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: in("t")})
+			_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: in("t"), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi}})
 			return err
 		}, codes.FailedPrecondition},
 		{"NodeExpandVolume without a path", func() error {
 			_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId})
 			return err
 		}, codes.InvalidArgument},
+		{"NodeExpandVolume with limit below required", func() error {
+			_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: in("t"), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi, LimitBytes: gi}})
+			return err
+		}, codes.InvalidArgument},
+		{"NodeExpandVolume multi-node", func() error {
+			_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol.VolumeId, VolumePath: in("t"), VolumeCapability: multi})
+			return err
+		}, codes.InvalidArgument},
+		{"NodeExpandVolume of an unknown volume", func() error {
+			_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: "xfs:nope", VolumePath: in("t"), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi}})
+			return err
+		}, codes.NotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			wantCode(t, tt.call(), tt.want)
 		})
+	}
+	// None of the failed expansions grew the volume.
+	if got, err := d.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: vol.VolumeId}); err != nil || got.Volume.CapacityBytes != vol.CapacityBytes {
+		t.Errorf("after the failed expansions: %v, %v; want %d bytes", got, err, vol.CapacityBytes)
 	}
 	resp, err := d.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: vol.VolumeId, VolumeCapabilities: []*csi.VolumeCapability{multi}})
 	if err != nil || resp.Confirmed != nil || resp.Message == "" {
