@@ -174,6 +174,10 @@ func waitPodRunning(t *testing.T, ns, name string, timeout time.Duration) *v1.Po
 	err := wait.PollUntilContextTimeout(ctxFor(t, timeout+time.Second), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		var err error
 		pod, err = kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// A StatefulSet is (re)creating it.
+			return false, nil
+		}
 		return err == nil && pod.Status.Phase == v1.PodRunning, err
 	})
 	if err != nil {
@@ -374,4 +378,26 @@ func statefulSet(name, scheduler, class string, replicas int32, sizes ...int64) 
 			v1.VolumeMount{Name: c.Name, MountPath: "/" + c.Name})
 	}
 	return sts
+}
+
+// waitForCapacity waits until external-provisioner has published the
+// CSIStorageCapacity of class for node, which VolumeBinding needs before it
+// lets a claim of that class onto the node.
+func waitForCapacity(t *testing.T, class, node string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, time.Minute), 500*time.Millisecond, 50*time.Second, true, func(ctx context.Context) (bool, error) {
+		caps, err := kube.StorageV1().CSIStorageCapacities(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range caps.Items {
+			if c.StorageClassName == class && c.NodeTopology != nil && c.NodeTopology.MatchLabels[diskfit.TopologyKey] == node {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no CSIStorageCapacity for class %s on %s: %v", class, node, err)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,17 +23,22 @@ import (
 	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
 )
 
-var kubeconfig = flag.String("kubeconfig", os.Getenv("DISKFIT_E2E_KUBECONFIG"),
-	"cluster to test; empty starts the local cluster (needs root)")
+var (
+	kubeconfig = flag.String("kubeconfig", os.Getenv("DISKFIT_E2E_KUBECONFIG"),
+		"cluster to test; empty starts the local cluster (needs root)")
+	localDirFlag = flag.String("local-dir", "",
+		"with -kubeconfig of a running localcluster: its run directory (/tmp/dfl/<pid>), for the tests that reach its disks")
+)
 
 // The clients every test uses, set up by TestMain.
 var (
 	restConfig *rest.Config
 	kube       kubernetes.Interface
 	diskfitAPI versioned.Interface
-	// local is true when TestMain started the local cluster, so tests may
-	// reach the nodes' disks on this host.
-	local bool
+	// localDir is the local cluster's run directory when TestMain started
+	// it: tests may then reach the nodes' disks and kubelet directories on
+	// this host. Empty against any other cluster.
+	localDir string
 )
 
 func TestMain(m *testing.M) {
@@ -42,6 +48,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	if *kubeconfig != "" {
+		localDir = *localDirFlag
 		if err := setupClients(*kubeconfig); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -53,7 +60,8 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "starting local cluster:", err)
 		return 1
 	}
-	local = true
+	// test/cluster keeps each run under /tmp/dfl/<pid of localcluster>.
+	localDir = filepath.Join("/tmp/dfl", strconv.Itoa(lc.cmd.Process.Pid))
 	code := 1
 	if err := setupClients(lc.kubeconfig); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -115,3 +115,78 @@ func TestRaceForLastSpaceNeverOverbooks(t *testing.T) {
 		t.Errorf("%d PVC updates were refused with a conflict, want 0", conflicts)
 	}
 }
+
+// The ledger is beaten: the scheduler places claims on disks, then, before
+// the volumes are made, space on those disks is taken behind its back (the
+// node's external-provisioner is paused meanwhile, so the window is not left
+// to chance). The claims that no longer fit go back to the scheduler, and in
+// the end every pod that can fit is placed, the rest wait with a per-disk
+// reason, and no disk is overbooked.
+func TestRaceWithSpaceTakenBehindTheSchedulersBack(t *testing.T) {
+	needLocal(t)
+	const deviceClass, node, size = "nvme", "node-a", 300 * mi
+	ns := newNamespace(t)
+	class := newStorageClass(t, deviceClass)
+	// VolumeBinding needs the class's CSIStorageCapacity, which the paused
+	// provisioner could not publish.
+	waitForCapacity(t, class, node)
+	resume := pauseProvisioner(t, node)
+	pods := createPods(t, ns, class, "b", 24, size)
+
+	// Wait until the scheduler has given a disk to as many claims as it can.
+	var placed int
+	err := wait.PollUntilContextTimeout(ctxFor(t, time.Minute), time.Second, 50*time.Second, true, func(ctx context.Context) (bool, error) {
+		pvcs, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for _, pvc := range pvcs.Items {
+			if pvc.Annotations[diskfit.SelectedDiskAnnotation] != "" && pvc.Annotations[diskfit.SelectedNodeAnnotation] != "" {
+				n++
+			}
+		}
+		stable := n == placed && n > 0
+		placed = n
+		return stable, nil
+	})
+	if err != nil {
+		t.Fatalf("claims not placed: %v", err)
+	}
+	t.Logf("scheduler placed %d claims; taking 3 claims' worth of space on each disk", placed)
+	for _, disk := range []string{"nvme0", "nvme1"} {
+		takeSpace(t, node, disk, 3*size)
+	}
+	resume()
+
+	bound, refused := settle(t, ns, pods, 3*time.Minute)
+	t.Logf("%d pods bound, %d refused", len(bound), len(refused))
+	exhausted := 0
+	evs, err := kube.CoreV1().Events(ns).List(ctxFor(t, time.Minute), metav1.ListOptions{FieldSelector: "reason=ProvisioningFailed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs.Items {
+		if strings.Contains(e.Message, "ResourceExhausted") {
+			exhausted += int(max(e.Count, 1))
+		}
+	}
+	// Usually the driver refuses the claims whose space was taken and the
+	// provisioner sends them back; the scheduler may also notice first, from
+	// a fresh DiskNode report, and place them again itself. Either way the
+	// end state below must hold. (TestNonlinearDisksFoolOnlyTheDefaultScheduler
+	// always goes through ResourceExhausted.)
+	t.Logf("%d ResourceExhausted answers sent pods back to the scheduler", exhausted)
+	if len(refused) == 0 {
+		t.Fatalf("every pod fit; the test needs more pods than room")
+	}
+	time.Sleep(6 * time.Second) // a fresh DiskNode report
+	used := checkNoDiskOverbooked(t)
+	for n, disks := range nodesWithClass(t, deviceClass) {
+		for i, room := range disks {
+			if room >= size {
+				t.Errorf("node %s disk #%d has room for another claim (%d bytes) while %d pods wait; PVs: %v", n, i, room, len(refused), used)
+			}
+		}
+	}
+}
