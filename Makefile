@@ -61,6 +61,17 @@ verify: tools ## Fail when generated files are stale; run go vet.
 test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, local cluster). Needs root.
 	$(GO) test -count=1 ./...
 
+.PHONY: bench
+bench: deps tools build ## Run every benchmark and print its tables (placement quality, scheduler plugin, driver, time to bind). Needs root. Results: docs/benchmarks.md.
+	@echo "== Placement quality (simulation)"
+	$(GO) run ./test/bench/placement -seed 1 -nodes 100,1000
+	@echo "== DiskFit Filter/Score per node vs VolumeBinding"
+	$(GO) test ./scheduler-plugin/diskfit/ -run '^$$' -bench . -benchtime=1s -count=5 | python3 scheduler-plugin/hack/benchsummary.py
+	@echo "== Driver latency and throughput"
+	$(GO) test ./csi-driver/... -run XXX -bench . -benchtime 40x
+	@echo "== Time to bind a StatefulSet on the local cluster"
+	$(BIN)/localcluster bench
+
 .PHONY: clean
 clean: ## Remove bin/ and test leftovers.
 	rm -rf $(BIN) _output

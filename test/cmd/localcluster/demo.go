@@ -23,17 +23,22 @@ import (
 	"github.com/diskfit/diskfit/test/cluster"
 )
 
-// The demo's workload: a database StatefulSet whose pods each need a data
-// and a log volume, more replicas than the disks can hold.
-const (
-	demoReplicas = 12
-	demoClass    = "diskfit-local"
-)
+// workload is a StatefulSet shape: replicas, each with the same claims.
+type workload struct {
+	replicas int
+	claims   []claimSpec
+}
 
-var demoClaims = []struct {
+type claimSpec struct {
 	name string
 	size int64
-}{{"data", 1536 << 20}, {"log", 768 << 20}}
+}
+
+// The demo's workload: a database StatefulSet whose pods each need a data
+// and a log volume, more replicas than the disks can hold.
+var demoWorkload = workload{replicas: 12, claims: []claimSpec{{"data", 1536 << 20}, {"log", 768 << 20}}}
+
+const demoClass = "diskfit-local"
 
 // demo starts the local cluster, runs the same StatefulSet once with the
 // diskfit scheduler and once with the default scheduler, and prints what
@@ -66,8 +71,8 @@ func demo(ctx context.Context, opts cluster.Options, keep bool) error {
 	var results []outcome
 	for _, scheduler := range []string{diskfit.SchedulerName, v1.DefaultSchedulerName} {
 		step("Deploying StatefulSet %q with schedulerName %s: %d replicas, each with claims %s",
-			"db", scheduler, demoReplicas, claimsText())
-		res, err := d.runWorkload(ctx, scheduler)
+			"db", scheduler, demoWorkload.replicas, demoWorkload.claimsText())
+		res, err := d.runWorkload(ctx, scheduler, demoWorkload)
 		if err != nil {
 			return err
 		}
@@ -88,7 +93,7 @@ func demo(ctx context.Context, opts cluster.Options, keep bool) error {
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "SCHEDULER\tPODS WITH ALL VOLUMES\tPODS PENDING\tPODS HALF-PROVISIONED\tRESOURCEEXHAUSTED RETRIES\tTIME")
 	for _, r := range results {
-		fmt.Fprintf(w, "%s\t%d/%d\t%d\t%d\t%d\t%s\n", r.scheduler, r.ready, demoReplicas, r.pending, r.stuck, r.exhausted, r.elapsed.Round(time.Second))
+		fmt.Fprintf(w, "%s\t%d/%d\t%d\t%d\t%d\t%s\n", r.scheduler, r.ready, demoWorkload.replicas, r.pending, r.stuck, r.exhausted, r.elapsed.Round(time.Second))
 	}
 	w.Flush()
 	fmt.Println("\nPending pods of diskfit-scheduler say which disk is short; the default scheduler checks each claim against one\n" +
@@ -100,9 +105,9 @@ func step(format string, args ...any) {
 	fmt.Printf("\n==> "+format+"\n", args...)
 }
 
-func claimsText() string {
+func (w workload) claimsText() string {
 	var parts []string
-	for _, c := range demoClaims {
+	for _, c := range w.claims {
 		parts = append(parts, fmt.Sprintf("%s %s", c.name, resource.NewQuantity(c.size, resource.BinarySI)))
 	}
 	return strings.Join(parts, " + ")
@@ -137,7 +142,7 @@ func (d *demoRun) createClass(ctx context.Context) error {
 	return err
 }
 
-func (d *demoRun) runWorkload(ctx context.Context, scheduler string) (outcome, error) {
+func (d *demoRun) runWorkload(ctx context.Context, scheduler string, wl workload) (outcome, error) {
 	res := outcome{scheduler: scheduler, namespace: "demo-" + strings.TrimSuffix(scheduler, "-scheduler")}
 	if _, err := d.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: res.namespace}}, metav1.CreateOptions{}); err != nil {
 		return res, err
@@ -146,7 +151,7 @@ func (d *demoRun) runWorkload(ctx context.Context, scheduler string) (outcome, e
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "db"},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:            ptr.To[int32](demoReplicas),
+			Replicas:            ptr.To(int32(wl.replicas)),
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			Selector:            &metav1.LabelSelector{MatchLabels: labels},
 			Template: v1.PodTemplateSpec{
@@ -159,7 +164,7 @@ func (d *demoRun) runWorkload(ctx context.Context, scheduler string) (outcome, e
 			},
 		},
 	}
-	for _, c := range demoClaims {
+	for _, c := range wl.claims {
 		sts.Spec.VolumeClaimTemplates = append(sts.Spec.VolumeClaimTemplates, v1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{Name: c.name},
 			Spec: v1.PersistentVolumeClaimSpec{
@@ -181,9 +186,9 @@ func (d *demoRun) runWorkload(ctx context.Context, scheduler string) (outcome, e
 	// keeps changing, so it ends at the time limit).
 	var last string
 	lastChange := time.Now()
-	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 150*time.Second, false, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 150*time.Second, false, func(ctx context.Context) (bool, error) {
 		var err error
-		if res, err = d.observe(ctx, res); err != nil {
+		if res, err = d.observe(ctx, res, wl); err != nil {
 			return false, err
 		}
 		snapshot := fmt.Sprint(res.ready, res.pending, res.stuck, res.exhausted)
@@ -193,7 +198,7 @@ func (d *demoRun) runWorkload(ctx context.Context, scheduler string) (outcome, e
 				int(time.Since(start).Seconds()), res.ready, res.pending, res.stuck, res.exhausted)
 		}
 		res.elapsed = lastChange.Sub(start)
-		return res.ready == demoReplicas || time.Since(lastChange) > 20*time.Second, nil
+		return res.ready == wl.replicas || time.Since(lastChange) > 20*time.Second, nil
 	})
 	if err != nil && ctx.Err() != nil {
 		return res, err
@@ -202,7 +207,7 @@ func (d *demoRun) runWorkload(ctx context.Context, scheduler string) (outcome, e
 }
 
 // observe reads the pods, claims and events of a run.
-func (d *demoRun) observe(ctx context.Context, res outcome) (outcome, error) {
+func (d *demoRun) observe(ctx context.Context, res outcome, wl workload) (outcome, error) {
 	pods, err := d.kube.CoreV1().Pods(res.namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return res, err
@@ -251,7 +256,7 @@ func (d *demoRun) observe(ctx context.Context, res outcome) (outcome, error) {
 		po := podOutcome{name: pod.Name, node: pod.Spec.NodeName}
 		var vols []string
 		bound, exhausted := 0, 0
-		for _, c := range demoClaims {
+		for _, c := range wl.claims {
 			pvc := claims[c.name+"-"+pod.Name]
 			if pvc == nil {
 				continue
@@ -270,12 +275,12 @@ func (d *demoRun) observe(ctx context.Context, res outcome) (outcome, error) {
 		}
 		po.volumes = strings.Join(vols, " ")
 		switch {
-		case bound == len(demoClaims) && pod.Spec.NodeName != "":
+		case bound == len(wl.claims) && pod.Spec.NodeName != "":
 			res.ready++
 			po.status = "all volumes bound"
 		case bound > 0:
 			res.stuck++
-			po.status = fmt.Sprintf("half-provisioned: %d of %d volumes made, %d ResourceExhausted", bound, len(demoClaims), exhausted)
+			po.status = fmt.Sprintf("half-provisioned: %d of %d volumes made, %d ResourceExhausted", bound, len(wl.claims), exhausted)
 		default:
 			res.pending++
 			po.status = "Pending"

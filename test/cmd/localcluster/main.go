@@ -3,6 +3,7 @@
 //
 //	localcluster up [--kubeconfig-out PATH]   run until interrupted
 //	localcluster demo [--keep]                the README's demo
+//	localcluster bench                        time to bind, diskfit vs default
 //
 // `up` prints the admin kubeconfig path once every node is ready. SIGINT or
 // SIGTERM stop either command and remove every mount, loop device and file
@@ -29,8 +30,8 @@ func main() {
 		runKubelet()
 		return
 	}
-	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "demo") {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|demo [flags]")
+	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "demo" && os.Args[1] != "bench") {
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|demo|bench [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -56,9 +57,12 @@ func main() {
 		opts.Self, err = os.Executable()
 	}
 	if err == nil {
-		if os.Args[1] == "demo" {
+		switch os.Args[1] {
+		case "demo":
 			err = demo(ctx, opts, *keep)
-		} else {
+		case "bench":
+			err = bench(ctx, opts)
+		default:
 			err = up(ctx, opts, *kubeconfigOut)
 		}
 	}
