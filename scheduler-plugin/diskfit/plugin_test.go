@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -403,6 +404,33 @@ func TestScore(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With StorageCapacityScoring on (the 1.37 default) VolumeBinding wants to
+// score every pod with claims to provision, but it sees no capacity for
+// diskfit claims: their disk score must not be diluted by its zero.
+func TestScoreWithStorageCapacityScoring(t *testing.T) {
+	objs := []runtime.Object{makePVC("a", diskfitClass, 2*gi).PersistentVolumeClaim}
+	_, ctx := ktesting.NewTestContext(t)
+	env := buildEnv(t, ctx, &feature.Features{EnableStorageCapacityScoring: true}, nil, objs,
+		diskNode("full", diskSpec{name: "d0", capacity: 10 * gi, free: 3 * gi}),
+		diskNode("empty", freeDisk("d0", 10*gi)))
+	pod := makePod("p", "a")
+	state := framework.NewCycleState()
+	nodes := nodeInfos("full", "empty")
+	mustPreFilter(t, env, state, pod, nodes)
+	if status := env.pl.PreScore(env.ctx, state, pod, nodes); !status.IsSuccess() {
+		t.Fatalf("PreScore: %v", status)
+	}
+	for node, want := range map[string]int64{"full": 90, "empty": 20} {
+		got, status := env.pl.Score(env.ctx, state, pod, nodes[map[string]int{"full": 0, "empty": 1}[node]])
+		if !status.IsSuccess() {
+			t.Fatalf("Score: %v", status)
+		}
+		if got != want {
+			t.Errorf("Score(%s) = %d, want the disk score %d", node, got, want)
+		}
 	}
 }
 

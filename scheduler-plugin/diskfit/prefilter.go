@@ -25,8 +25,13 @@ type stateData struct {
 	// claims are the unbound diskfit claims still needing a disk, largest
 	// first (packing.SortClaims).
 	claims []packing.Claim
-	// vbScores records whether the embedded VolumeBinding wants Score; only
-	// PreScore of a pod with claims writes it, before any Score reads it.
+	// othersUnbound is set when the pod also has unbound claims that are
+	// not diskfit's: only then has the embedded VolumeBinding something of
+	// its own to score (it sees no capacity for diskfit claims).
+	othersUnbound bool
+	// vbScores records whether the embedded VolumeBinding's score is
+	// averaged in; only PreScore of a pod with claims writes it, before any
+	// Score reads it.
 	vbScores bool
 	// waitingRecorded is set by the first Filter that rejects a node for
 	// lack of space, so the pod is recorded as waiting once per cycle.
@@ -76,13 +81,13 @@ func (pl *DiskFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod
 		// Skip (no PVCs) or a rejection VolumeBinding explains.
 		return res, status
 	}
-	claims, err := pl.podClaims(pod)
+	claims, othersUnbound, err := pl.podClaims(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	s := pl.noClaims
 	if len(claims) > 0 {
-		s = &stateData{claims: claims}
+		s = &stateData{claims: claims, othersUnbound: othersUnbound}
 		klog.FromContext(ctx).V(4).Info("DiskFit claims", "pod", klog.KObj(pod), "count", len(claims))
 	}
 	cs.Write(stateKey, s)
@@ -133,8 +138,7 @@ var errNotDiskFit = errors.New("not a diskfit claim")
 // PVC that already carries this cycle's node and a disk (a pod scheduled
 // again before provisioning finished) is counted by the ledger and keeps
 // its disk.
-func (pl *DiskFit) podClaims(pod *v1.Pod) ([]packing.Claim, error) {
-	var claims []packing.Claim
+func (pl *DiskFit) podClaims(pod *v1.Pod) (claims []packing.Claim, othersUnbound bool, err error) {
 	for i := range pod.Spec.Volumes {
 		name, ok := claimName(pod, &pod.Spec.Volumes[i])
 		if !ok {
@@ -144,19 +148,20 @@ func (pl *DiskFit) podClaims(pod *v1.Pod) ([]packing.Claim, error) {
 		if err != nil {
 			// VolumeBinding's PreFilter has already rejected missing PVCs;
 			// one deleted since then ends this cycle the same way.
-			return nil, fmt.Errorf("reading PVC %s/%s: %w", pod.Namespace, name, err)
+			return nil, false, fmt.Errorf("reading PVC %s/%s: %w", pod.Namespace, name, err)
 		}
 		c, err := pl.claimFor(pvc)
 		if errors.Is(err, errNotDiskFit) {
+			othersUnbound = othersUnbound || pvc.Spec.VolumeName == ""
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		claims = append(claims, c)
 	}
 	packing.SortClaims(claims)
-	return claims, nil
+	return claims, othersUnbound, nil
 }
 
 // claimFor turns a PVC into a claim, or errNotDiskFit when DiskFit has

@@ -10,7 +10,8 @@ import (
 )
 
 // PreScore decides whether Score runs: for pods with diskfit claims, or
-// when the embedded VolumeBinding wants to score.
+// when the embedded VolumeBinding wants to score; for a pod with both, the
+// two scores are averaged only when VolumeBinding has claims of its own.
 func (pl *DiskFit) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	vbStatus := pl.vb.PreScore(ctx, cs, pod, nodes)
 	s, err := pl.getState(cs)
@@ -20,7 +21,10 @@ func (pl *DiskFit) PreScore(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	}
 	switch {
 	case vbStatus.IsSuccess():
-		s.vbScores = true
+		// VolumeBinding's capacity score of a diskfit claim is always the
+		// lowest (it sees no capacity for it): averaging it in would only
+		// halve the disk score's weight against other score plugins.
+		s.vbScores = s.othersUnbound
 	case vbStatus.IsSkip():
 		s.vbScores = false
 	default:
