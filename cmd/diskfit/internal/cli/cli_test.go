@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+)
+
+// testNow is the clock of every test: fixtures are placed relative to it.
+var testNow = time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
+
+// runCommand runs the diskfit root command with args against fake
+// clientsets holding objs (DiskNodes go to the diskfit clientset, the rest
+// to the Kubernetes one) and returns stdout, stderr and the error.
+func runCommand(t *testing.T, namespace string, kubeObjs, diskfitObjs []runtime.Object, args ...string) (string, string, error) {
+	t.Helper()
+	clients := &Clients{
+		Kube:      kubefake.NewClientset(kubeObjs...),
+		DiskFit:   dffake.NewSimpleClientset(diskfitObjs...),
+		Namespace: namespace,
+	}
+	var out, errOut bytes.Buffer
+	cmd := newRootCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut}, deps{
+		clients: func() (*Clients, error) { return clients, nil },
+		now:     func() time.Time { return testNow },
+	})
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}

@@ -1,0 +1,259 @@
+package cli
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/yaml"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
+)
+
+// StatusSchemaVersion is the version of the -o json|yaml schema of diskfit
+// status. Fields are only added within a version; a rename or removal bumps it.
+const StatusSchemaVersion = "v1"
+
+// StatusReport is what diskfit status -o json|yaml prints.
+type StatusReport struct {
+	// SchemaVersion is StatusSchemaVersion.
+	SchemaVersion string `json:"schemaVersion"`
+	// Nodes are sorted by name.
+	Nodes []NodeReport `json:"nodes"`
+}
+
+// NodeReport is one node's DiskNode.
+type NodeReport struct {
+	// Name is the node's name.
+	Name string `json:"name"`
+	// ObservedTime is when the node's driver last refreshed its DiskNode
+	// (RFC 3339); absent when it never did.
+	ObservedTime *metav1.Time `json:"observedTime,omitempty"`
+	// Disks are in the order of the node's config.
+	Disks []DiskReport `json:"disks"`
+}
+
+// DiskReport is one disk of a node.
+type DiskReport struct {
+	// Name is the disk's name in the node config and in PVC annotations.
+	Name string `json:"name"`
+	// Backend is "file" or "lvm".
+	Backend string `json:"backend"`
+	// DeviceClass is the disk's device class; empty when it has none.
+	DeviceClass string `json:"deviceClass"`
+	// CapacityBytes is what the disk offers volumes, headroom excluded.
+	CapacityBytes int64 `json:"capacityBytes"`
+	// UsedBytes is CapacityBytes minus FreeBytes.
+	UsedBytes int64 `json:"usedBytes"`
+	// FreeBytes is what the disk's backend reports free.
+	FreeBytes int64 `json:"freeBytes"`
+	// VolumeCount is the number of volumes on the disk.
+	VolumeCount int32 `json:"volumeCount"`
+	// Healthy is false when the disk takes no new volumes.
+	Healthy bool `json:"healthy"`
+	// Message explains the disk's health.
+	Message string `json:"message,omitempty"`
+}
+
+// statusOptions are diskfit status's flags and arguments.
+type statusOptions struct {
+	output string
+	nodes  []string
+	now    func() time.Time
+}
+
+func newStatusCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
+	o := &statusOptions{now: d.now}
+	cmd := &cobra.Command{
+		Use:   "status [NODE...]",
+		Short: "Show capacity, use and health of every diskfit disk",
+		Long: "status prints, per node and disk, the capacity, the space used and " +
+			"free, the number of volumes and the health the node's diskfit driver " +
+			"last reported in its DiskNode. With node names, only those nodes.",
+		Example: "  diskfit status\n  diskfit status node-a -o yaml",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.nodes = args
+			if err := o.validate(); err != nil {
+				return err
+			}
+			c, err := d.clients()
+			if err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), c, streams)
+		},
+	}
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: a table)")
+	return cmd
+}
+
+func (o *statusOptions) validate() error {
+	switch o.output {
+	case "", "json", "yaml":
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q: use json or yaml", o.output)
+}
+
+func (o *statusOptions) run(ctx context.Context, c *Clients, streams genericiooptions.IOStreams) error {
+	var items []v1alpha1.DiskNode
+	if len(o.nodes) == 0 {
+		list, err := c.DiskFit.DiskfitV1alpha1().DiskNodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("listing DiskNodes: %w", err)
+		}
+		items = list.Items
+	} else {
+		for _, name := range o.nodes {
+			dn, err := c.DiskFit.DiskfitV1alpha1().DiskNodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading DiskNode %s: %w", name, err)
+			}
+			items = append(items, *dn)
+		}
+	}
+	report := NewStatusReport(items)
+	switch o.output {
+	case "json":
+		raw, err := json.MarshalIndent(report, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encoding JSON: %w", err)
+		}
+		_, err = fmt.Fprintf(streams.Out, "%s\n", raw)
+		return err
+	case "yaml":
+		raw, err := yaml.Marshal(report)
+		if err != nil {
+			return fmt.Errorf("encoding YAML: %w", err)
+		}
+		_, err = streams.Out.Write(raw)
+		return err
+	}
+	if len(report.Nodes) == 0 {
+		_, err := fmt.Fprintln(streams.ErrOut, "No DiskNodes found: the diskfit node plugin has not reported any node.")
+		return err
+	}
+	return PrintStatusTable(streams.Out, report, o.now())
+}
+
+// NewStatusReport turns DiskNodes into the status report, nodes sorted by
+// name.
+func NewStatusReport(items []v1alpha1.DiskNode) StatusReport {
+	r := StatusReport{SchemaVersion: StatusSchemaVersion, Nodes: make([]NodeReport, 0, len(items))}
+	for i := range items {
+		dn := &items[i]
+		n := NodeReport{Name: dn.Name, Disks: make([]DiskReport, 0, len(dn.Status.Disks))}
+		if !dn.Status.ObservedTime.IsZero() {
+			t := dn.Status.ObservedTime
+			n.ObservedTime = &t
+		}
+		for _, d := range dn.Status.Disks {
+			n.Disks = append(n.Disks, DiskReport{
+				Name:          d.Name,
+				Backend:       string(d.Backend),
+				DeviceClass:   d.DeviceClass,
+				CapacityBytes: d.CapacityBytes,
+				UsedBytes:     max(d.CapacityBytes-d.FreeBytes, 0),
+				FreeBytes:     d.FreeBytes,
+				VolumeCount:   d.VolumeCount,
+				Healthy:       d.Healthy,
+				Message:       d.Message,
+			})
+		}
+		r.Nodes = append(r.Nodes, n)
+	}
+	slices.SortFunc(r.Nodes, func(a, b NodeReport) int { return cmp.Compare(a.Name, b.Name) })
+	return r
+}
+
+// barWidth is the number of cells of a usage bar.
+const barWidth = 20
+
+// PrintStatusTable writes the report as a table, one row per disk, the
+// node's name and the age of its report on its first row, and then the
+// messages of unhealthy disks.
+func PrintStatusTable(out io.Writer, r StatusReport, now time.Time) error {
+	var buf bytes.Buffer
+	w := tabwriter.NewWriter(&buf, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tDISK\tCLASS\tBACKEND\tCAPACITY\tUSED\tFREE\tVOLUMES\tHEALTH\tUSAGE\tOBSERVED")
+	var problems []string
+	for _, n := range r.Nodes {
+		observed := "never"
+		if n.ObservedTime != nil {
+			observed = duration.HumanDuration(now.Sub(n.ObservedTime.Time)) + " ago"
+		}
+		if len(n.Disks) == 0 {
+			fmt.Fprintf(w, "%s\t-\t-\t-\t-\t-\t-\t-\tno disks\t\t%s\n", n.Name, observed)
+			continue
+		}
+		for i, d := range n.Disks {
+			node := ""
+			age := ""
+			if i == 0 {
+				node, age = n.Name, observed
+			}
+			health := "ok"
+			if !d.Healthy {
+				health = "UNHEALTHY"
+				problems = append(problems, fmt.Sprintf("%s/%s: %s", n.Name, d.Name, cmp.Or(d.Message, "no reason given")))
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
+				node, d.Name, cmp.Or(d.DeviceClass, "-"), d.Backend,
+				packing.FormatBytes(d.CapacityBytes), packing.FormatBytes(d.UsedBytes), packing.FormatBytes(d.FreeBytes),
+				d.VolumeCount, health, usageBar(d.UsedBytes, d.CapacityBytes), age)
+		}
+	}
+	if err := flushTrimmed(w, &buf, out); err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		if _, err := fmt.Fprintf(out, "\nUnhealthy disks:\n  %s\n", strings.Join(problems, "\n  ")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// usageBar draws used/capacity as "[#####...............]  25%"; cells
+// round down so a bar is only full when the disk is.
+func usageBar(used, capacity int64) string {
+	if capacity <= 0 {
+		return "[" + strings.Repeat(" ", barWidth) + "]    -"
+	}
+	used = min(max(used, 0), capacity)
+	cells := int(used * barWidth / capacity)
+	pct := int(used * 100 / capacity)
+	return fmt.Sprintf("[%s%s] %3d%%", strings.Repeat("#", cells), strings.Repeat(".", barWidth-cells), pct)
+}
+
+// flushTrimmed flushes w, which writes to buf, and copies buf to out
+// without the padding tabwriter leaves after a row's last non-empty cell.
+func flushTrimmed(w *tabwriter.Writer, buf *bytes.Buffer, out io.Writer) error {
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	lines := strings.SplitAfter(buf.String(), "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if strings.HasSuffix(l, "\n") {
+			b.WriteString(strings.TrimRight(l, " \n"))
+			b.WriteString("\n")
+		} else {
+			b.WriteString(l)
+		}
+	}
+	_, err := io.WriteString(out, b.String())
+	return err
+}
