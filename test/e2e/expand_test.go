@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+)
+
+// expandTo raises a claim's request.
+func expandTo(t *testing.T, ns, name string, size int64) {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	pvc, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc.Spec.Resources.Requests[v1.ResourceStorage] = *resource.NewQuantity(size, resource.BinarySI)
+	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Expanding a claim of a running pod grows the volume on its disk and the
+// filesystem the pod sees (external-resizer updates the PV; the kubelet on
+// the volume's node calls NodeExpandVolume).
+func TestExpandGrowsTheFilesystem(t *testing.T) {
+	ns := newNamespace(t)
+	class := newStorageClass(t, "")
+	newPVC(t, ns, "grow", class, 512*mi)
+	createPod(t, ns, podSpec("grow", diskfit.SchedulerName, "grow"))
+	pvc := waitPVCsBound(t, ns, []string{"grow"}, 2*time.Minute)["grow"]
+	pod := waitPodRunning(t, ns, "grow", 2*time.Minute)
+
+	expandTo(t, ns, "grow", 1*gi)
+	err := wait.PollUntilContextTimeout(ctxFor(t, 3*time.Minute), time.Second, 150*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "grow", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return got.Status.Capacity.Storage().Value() >= gi, nil
+	})
+	if err != nil {
+		t.Fatalf("claim capacity never reached 1Gi: %v; events:\n%s", err, events(t, ns, "grow"))
+	}
+	if localDir == "" {
+		return
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(hostVolumePath(pod, pvc.Spec.VolumeName), &st); err != nil {
+		t.Fatal(err)
+	}
+	if size := int64(st.Blocks) * st.Frsize; size < 900*mi {
+		t.Errorf("the pod's filesystem is %d bytes after expanding to 1Gi", size)
+	}
+	checkNoDiskOverbooked(t)
+}
+
+// Growing a volume beyond what its disk holds fails with ResourceExhausted
+// and leaves the volume and its pod as they were.
+func TestExpandBeyondTheDiskFailsCleanly(t *testing.T) {
+	ns := newNamespace(t)
+	class := newStorageClass(t, "")
+	newPVC(t, ns, "big", class, 512*mi)
+	createPod(t, ns, podSpec("big", diskfit.SchedulerName, "big"))
+	pvc := waitPVCsBound(t, ns, []string{"big"}, 2*time.Minute)["big"]
+	pod := waitPodRunning(t, ns, "big", 2*time.Minute)
+
+	expandTo(t, ns, "big", 64*gi)
+	// The kubelet reports the failed NodeExpandVolume on the claim.
+	var reason string
+	err := wait.PollUntilContextTimeout(ctxFor(t, 3*time.Minute), time.Second, 150*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "big", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == v1.PersistentVolumeClaimNodeResizeError && strings.Contains(c.Message, "ResourceExhausted") {
+				reason = c.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no NodeResizeError with ResourceExhausted on the claim: %v; events:\n%s", err, events(t, ns, "big"))
+	}
+	t.Logf("expansion refused: %s", reason)
+	got, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "big", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got.Status.Capacity.Storage().Value(); c != 512*mi {
+		t.Errorf("claim capacity %d after a failed expansion, want %d", c, 512*mi)
+	}
+	if running := waitPodRunning(t, ns, "big", time.Minute); running.UID != pod.UID {
+		t.Errorf("pod was replaced")
+	}
+	if localDir != "" {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(hostVolumePath(pod, pvc.Spec.VolumeName), &st); err != nil {
+			t.Fatalf("volume no longer mounted: %v", err)
+		}
+	}
+}
