@@ -105,7 +105,14 @@ func (o *explainOptions) run(ctx context.Context, c *Clients, name string, out i
 	w := tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "  NODE\tREASON")
 	for _, r := range reasons {
-		fmt.Fprintf(w, "  %s\t%s\n", cmp.Or(r.Node, fmt.Sprintf("(%d nodes)", r.Count)), r.Reason)
+		node := r.Node
+		if node == "" {
+			node = fmt.Sprintf("(%d nodes)", r.Count)
+			if r.Count == 1 {
+				node = "(1 node)"
+			}
+		}
+		fmt.Fprintf(w, "  %s\t%s\n", node, r.Reason)
 	}
 	return w.Flush()
 }
