@@ -3,14 +3,17 @@
 //
 //	pending    = Σ unbound PVCs annotated with this node and disk
 //	           + Σ in-memory reservations not yet visible as such
-//	free(disk) = min( DiskNode reported free − pending,
+//	free(disk) = min( DiskNode reported free,
 //	                  capacity − Σ PVs on the disk − pending )
 //
-// This is DESIGN.md's formula with one tightening: the pending claims are
-// also taken off the reported free, because the node plugin cannot have
-// counted volumes it has not made yet. Without that, a disk whose report is
-// below capacity − PVs (filesystem overhead, foreign files) would be
-// overbooked by exactly that difference.
+// This is DESIGN.md's formula. It relies on what the node plugin publishes
+// as capacity: free space plus the space of the disk's volumes (see
+// docs/design.md). So capacity − Σ PVs − pending is the free space less the
+// claims the report cannot show yet, even from a report that predates the
+// latest volumes, and space taken by anything else lowers capacity itself.
+// Taking pending off the reported free as well would count a volume twice
+// between the report that shows it and the PV that binds it, and leave pods
+// refused for space that is there, with no event to retry them.
 //
 // Everything but the reservations is fed from API objects (DiskNodes, PVs,
 // PVCs), so a restarted scheduler rebuilds the same ledger from its
@@ -301,14 +304,15 @@ func newerVersion(a, b string) bool {
 }
 
 // PVLocation returns where a diskfit PV lives, and false for PVs of other
-// drivers or without a disk.
+// drivers or without a well-formed disk name (one that no DiskNode can
+// hold counts against nothing).
 func PVLocation(pv *v1.PersistentVolume) (Location, bool) {
 	csi := pv.Spec.CSI
 	if csi == nil || csi.Driver != diskfit.DriverName {
 		return Location{}, false
 	}
 	disk := csi.VolumeAttributes[diskfit.VolumeContextDiskKey]
-	if disk == "" {
+	if v1alpha1.ValidateDiskName(disk) != nil {
 		return Location{}, false
 	}
 	node := ""
@@ -373,14 +377,17 @@ func (l *Ledger) DeletePV(name string) {
 // PVCLocation returns the node and disk an unbound PVC has been placed on
 // by the scheduler, and false when it has not (or no longer) been: a PVC
 // whose selected-node was removed does not count, whatever its stale disk
-// annotation says.
+// annotation says. Neither does a disk annotation that is not a well-formed
+// disk name (DiskNamePattern): it names no disk, so the claim is placed
+// again and AssumePodVolumes overwrites the annotation, where counting it
+// as placed would leave it to the driver to refuse.
 func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
 	if pvc.Spec.VolumeName != "" {
 		return Location{}, false
 	}
 	node := pvc.Annotations[diskfit.SelectedNodeAnnotation]
 	disk := pvc.Annotations[diskfit.SelectedDiskAnnotation]
-	if node == "" || disk == "" {
+	if node == "" || v1alpha1.ValidateDiskName(disk) != nil {
 		return Location{}, false
 	}
 	return Location{Node: node, Disk: disk}, true
@@ -439,13 +446,7 @@ func appendDisks(n *nodeState, buf []packing.Disk) []packing.Disk {
 		if !d.known {
 			continue
 		}
-		// The report already reflects volumes the node plugin made, but
-		// not claims still on their way to it; capacity minus everything
-		// catches volumes the report has not caught up with.
-		free := d.capacity - d.used
-		if r := d.reportedFree - d.pending; r < free {
-			free = r
-		}
+		free := min(d.capacity-d.used, d.reportedFree)
 		buf = append(buf, packing.Disk{
 			Name:        d.name,
 			DeviceClass: d.deviceClass,

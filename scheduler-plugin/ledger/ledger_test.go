@@ -132,6 +132,20 @@ func TestLedgerFree(t *testing.T) {
 			wantFree: map[string]int64{"d0": 8 * gi, "d1": 10 * gi},
 		},
 		{
+			// The report already shows the 6Gi volume (capacity = free +
+			// volumes) but its PV does not exist yet: the claim still
+			// counts as pending, and must not be taken off the reported
+			// free a second time.
+			name: "volume in the report before its PV is counted once",
+			apply: func(l *Ledger) {
+				dn := diskNode("n1", diskStatus("d0", 10*gi, 8*gi), diskStatus("d1", 10*gi, 4*gi))
+				dn.ResourceVersion = "200"
+				l.SetDiskNode(dn)
+				l.SetPVC(pvc("u1", 6*gi, "n1", "d1"))
+			},
+			wantFree: map[string]int64{"d0": 8 * gi, "d1": 4 * gi},
+		},
+		{
 			name: "PVC and its PV are counted once",
 			apply: func(l *Ledger) {
 				l.SetPVC(pvc("u1", 6*gi, "n1", "d1"))
@@ -205,7 +219,9 @@ func TestLedgerFree(t *testing.T) {
 func TestLedgerReserve(t *testing.T) {
 	newLedger := func() *Ledger {
 		l := New()
-		l.SetDiskNode(diskNode("n1", diskStatus("d0", 10*gi, 4*gi), diskStatus("d1", 10*gi, 4*gi)))
+		// Empty disks: the driver publishes capacity as free space plus
+		// its volumes' space, so with no volumes the two are equal.
+		l.SetDiskNode(diskNode("n1", diskStatus("d0", 4*gi, 4*gi), diskStatus("d1", 4*gi, 4*gi)))
 		return l
 	}
 	claim := func(key string, size int64) packing.Claim {
@@ -364,5 +380,25 @@ func TestLedgerConcurrentReserve(t *testing.T) {
 		if free := freeOf(t, l, "n1", d); free != 0 {
 			t.Errorf("%s free %d, want 0", d, free)
 		}
+	}
+}
+
+// A disk name that no DiskNode can hold places nothing: the claim is
+// placed again (and its annotation overwritten) instead of being counted
+// against a disk that does not exist (found by FuzzPVCLocation).
+func TestLocationsNeedWellFormedDisk(t *testing.T) {
+	for _, disk := range []string{"", "../x", "NVMe0", "a..b", "a/b", "nvme0\x00"} {
+		if loc, ok := PVCLocation(pvc("u", gi, "node-a", disk)); ok {
+			t.Errorf("PVCLocation with disk %q = %+v, want not placed", disk, loc)
+		}
+		if loc, ok := PVLocation(pv("pv", "node-a", disk, gi, "u")); ok {
+			t.Errorf("PVLocation with disk %q = %+v, want none", disk, loc)
+		}
+	}
+	if loc, ok := PVCLocation(pvc("u", gi, "node-a", "nvme0")); !ok || loc != (Location{Node: "node-a", Disk: "nvme0"}) {
+		t.Errorf("PVCLocation = %+v, %v, want node-a/nvme0", loc, ok)
+	}
+	if loc, ok := PVLocation(pv("pv", "node-a", "ssd.1", gi, "u")); !ok || loc != (Location{Node: "node-a", Disk: "ssd.1"}) {
+		t.Errorf("PVLocation = %+v, %v, want node-a/ssd.1", loc, ok)
 	}
 }
