@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -34,4 +36,22 @@ func runCommand(t *testing.T, namespace string, kubeObjs, diskfitObjs []runtime.
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
+}
+
+// checkResult compares a command's stdout and error with the wanted ones;
+// when an error is wanted, only the error is compared.
+func checkResult(t *testing.T, out string, err error, wantOut, wantErr string) {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || err.Error() != wantErr {
+			t.Fatalf("error = %v, want %q", err, wantErr)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+	if diff := cmp.Diff(wantOut, out); diff != "" {
+		t.Errorf("stdout (-want +got):\n%s", diff)
+	}
 }

@@ -185,18 +185,7 @@ Why no node fits (FailedScheduling 60s ago, 1 time(s)):
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out, _, err := runCommand(t, tc.namespace, tc.objs, nil, "explain", tc.pod)
-			if tc.wantErr != "" {
-				if err == nil || err.Error() != tc.wantErr {
-					t.Fatalf("error = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
-			}
-			if diff := cmp.Diff(tc.wantOut, out); diff != "" {
-				t.Errorf("stdout (-want +got):\n%s", diff)
-			}
+			checkResult(t, out, err, tc.wantOut, tc.wantErr)
 		})
 	}
 }

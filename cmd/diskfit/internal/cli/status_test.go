@@ -112,18 +112,7 @@ node-a  nvme0  nvme   file     4Gi       3Gi    1Gi      3        ok      [#####
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, err := runCommand(t, "", nil, tc.objs, tc.args...)
-			if tc.wantErr != "" {
-				if err == nil || err.Error() != tc.wantErr {
-					t.Fatalf("error = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
-			}
-			if diff := cmp.Diff(tc.wantOut, out); diff != "" {
-				t.Errorf("stdout (-want +got):\n%s", diff)
-			}
+			checkResult(t, out, err, tc.wantOut, tc.wantErr)
 			if diff := cmp.Diff(tc.wantErrOut, errOut); diff != "" {
 				t.Errorf("stderr (-want +got):\n%s", diff)
 			}
