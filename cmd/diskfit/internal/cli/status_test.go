@@ -113,6 +113,9 @@ node-a  nvme0  nvme   file     4Gi       3Gi    1Gi      3        ok      [#####
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, err := runCommand(t, "", nil, tc.objs, tc.args...)
 			checkResult(t, out, err, tc.wantOut, tc.wantErr)
+			if tc.wantErr != "" {
+				return
+			}
 			if diff := cmp.Diff(tc.wantErrOut, errOut); diff != "" {
 				t.Errorf("stderr (-want +got):\n%s", diff)
 			}
