@@ -94,9 +94,14 @@ func (o *explainOptions) run(ctx context.Context, c *Clients, name string, out i
 		_, err := fmt.Fprintln(out, "\nNo FailedScheduling event: the pod has not been tried yet, or its events expired.")
 		return err
 	}
-	when := eventTime(ev)
+	count := ev.Count
+	if ev.Series != nil {
+		// kube-scheduler writes events.k8s.io events: repeats are counted
+		// in the series.
+		count = ev.Series.Count
+	}
 	fmt.Fprintf(out, "\nWhy no node fits (FailedScheduling %s ago, %d time(s)):\n",
-		duration.HumanDuration(o.now().Sub(when)), max(ev.Count, 1))
+		duration.HumanDuration(o.now().Sub(eventTime(ev))), max(count, 1))
 	reasons := ParseSchedulingMessage(ev.Message)
 	if len(reasons) == 0 {
 		_, err := fmt.Fprintf(out, "  %s\n", ev.Message)

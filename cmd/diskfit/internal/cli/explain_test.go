@@ -89,6 +89,15 @@ func failedScheduling(name, pod string, uid types.UID, age time.Duration, count 
 	}
 }
 
+// seriesOf makes e an events.k8s.io event as kube-scheduler writes it, seen
+// through the core API: no lastTimestamp, repeats counted in its series.
+func seriesOf(e *corev1.Event, age time.Duration, count int32) *corev1.Event {
+	e.EventTime = metav1.NewMicroTime(e.LastTimestamp.Time)
+	e.LastTimestamp = metav1.Time{}
+	e.Series = &corev1.EventSeries{Count: count, LastObservedTime: metav1.NewMicroTime(testNow.Add(-age))}
+	return e
+}
+
 func TestExplain(t *testing.T) {
 	selected := map[string]string{diskfit.SelectedNodeAnnotation: "node-a", diskfit.SelectedDiskAnnotation: "nvme1"}
 	tests := []struct {
@@ -167,11 +176,11 @@ No FailedScheduling event: the pod has not been tried yet, or its events expired
 			pod:       "web-0",
 			objs: []runtime.Object{
 				makePod("web-0").Pod,
-				failedScheduling("e", "web-0", "web-0-uid", time.Minute, 0, "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."),
+				seriesOf(failedScheduling("e", "web-0", "web-0-uid", time.Hour, 0, "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."), time.Minute, 7),
 			},
 			wantOut: `Pod shop/web-0: Pending, scheduler diskfit-scheduler
 
-Why no node fits (FailedScheduling 60s ago, 1 time(s)):
+Why no node fits (FailedScheduling 60s ago, 7 time(s)):
   0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims.
 `,
 		},
