@@ -2,6 +2,8 @@
 // diskfit CSI driver share. Change one only everywhere at once.
 package diskfit
 
+import "math"
+
 const (
 	// GroupName is the API group of diskfit's own objects (DiskNode).
 	GroupName = "diskfit.io"
@@ -65,11 +67,15 @@ const (
 
 // VolumeBytes is the space a volume takes on its disk when requested bytes
 // are asked for: rounded up to VolumeAlignmentBytes and at least the minimum
-// for its volume mode.
+// for its volume mode. A request too large to round up gives MaxInt64,
+// which no disk holds, rather than a wrapped-around small size.
 func VolumeBytes(requested int64, block bool) int64 {
 	floor := int64(MinFilesystemVolumeBytes)
 	if block {
 		floor = MinBlockVolumeBytes
+	}
+	if requested > math.MaxInt64-(VolumeAlignmentBytes-1) {
+		return math.MaxInt64
 	}
 	aligned := (requested + VolumeAlignmentBytes - 1) / VolumeAlignmentBytes * VolumeAlignmentBytes
 	return max(aligned, floor)

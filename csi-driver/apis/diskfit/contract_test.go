@@ -1,6 +1,9 @@
 package diskfit
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestVolumeBytes(t *testing.T) {
 	const mi = 1 << 20
@@ -17,6 +20,11 @@ func TestVolumeBytes(t *testing.T) {
 		{name: "block small", requested: 4096, block: true, want: mi},
 		{name: "block rounded up", requested: 10*mi + 1, block: true, want: 11 * mi},
 		{name: "zero", requested: 0, block: true, want: mi},
+		// Rounding these up used to wrap around to the floor, so the
+		// scheduler booked 300 MiB for an 8 EiB claim (FuzzPVCLocation).
+		{name: "largest aligned", requested: math.MaxInt64 / mi * mi, want: math.MaxInt64 / mi * mi},
+		{name: "too large to round up", requested: math.MaxInt64/mi*mi + 1, want: math.MaxInt64},
+		{name: "max int64", requested: math.MaxInt64, block: true, want: math.MaxInt64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,7 +19,9 @@ const MaxDiskNameLength = 63
 
 var diskNameRE = regexp.MustCompile(DiskNamePattern)
 
-// ValidateDiskName returns an error when name cannot name a disk.
+// ValidateDiskName returns an error when name cannot name a disk. Besides
+// DiskNamePattern it refuses "..": the driver rejects every volume ID
+// containing "..", so a disk named "a..b" would issue IDs it then refuses.
 func ValidateDiskName(name string) error {
 	switch {
 	case name == "":
@@ -27,6 +30,8 @@ func ValidateDiskName(name string) error {
 		return fmt.Errorf("disk name %.20q... is longer than %d characters", name, MaxDiskNameLength)
 	case !diskNameRE.MatchString(name):
 		return fmt.Errorf("disk name %q must be lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
+	case strings.Contains(name, ".."):
+		return fmt.Errorf("disk name %q must not contain \"..\"", name)
 	}
 	return nil
 }

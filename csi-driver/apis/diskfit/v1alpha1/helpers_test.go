@@ -28,6 +28,9 @@ func TestValidateDiskName(t *testing.T) {
 		{name: "upper case", disk: "NVMe0", wantErr: "lower-case"},
 		{name: "slash", disk: "a/b", wantErr: "lower-case"},
 		{name: "dot dot", disk: "..", wantErr: "lower-case"},
+		// Its volume IDs would contain ".." and be refused (found by FuzzIDRoundTrip).
+		{name: "dot dot inside", disk: "a..b", wantErr: `must not contain ".."`},
+		{name: "single dots", disk: "a.b.c"},
 		{name: "leading dash", disk: "-a", wantErr: "lower-case"},
 		{name: "trailing dot", disk: "a.", wantErr: "lower-case"},
 		{name: "NUL", disk: "a\x00b", wantErr: "lower-case"},
