@@ -53,8 +53,9 @@ generate: tools ## Regenerate deepcopy, clientset, listers, informers and the CR
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: tools ## Fail when generated files are stale; run go vet.
+verify: tools ## Fail when generated files are stale or a manifest does not render (needs kubectl); run go vet.
 	hack/verify-codegen.sh
+	hack/verify-manifests.sh
 	$(GO) vet ./...
 
 .PHONY: test

@@ -64,6 +64,8 @@ func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err e
 		// No controller creates default service accounts here, and new nodes
 		// would wait for a not-ready taint that no node lifecycle controller removes.
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+		// As every real cluster: the node plugin's container is privileged.
+		"--allow-privileged=true",
 	}
 	server, err := startAPIServer(cp.tb, flags, storage)
 	if err != nil {

@@ -1,0 +1,126 @@
+package schedperf
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// Profile prefixes of the test case names in configFile: "<profile>_<pods>".
+const (
+	profileDiskFit = "DiskFit"
+	profileDefault = "Default"
+)
+
+// throughput is one workload's SchedulingThroughput for one profile.
+type throughput struct {
+	profile  string // DiskFit or Default
+	pods     string // PodOnly, OneClaim, ThreeClaims
+	workload string // 500Nodes, 5000Nodes
+	average  float64
+	perc50   float64
+}
+
+// readThroughput reads the SchedulingThroughput items of the newest data
+// items file scheduler_perf wrote for topic into dir.
+func readThroughput(dir, topic string) ([]throughput, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "BenchmarkPerfScheduling_benchmark_"+topic+"_*.json"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no data items file for topic %q in %s", topic, dir)
+	}
+	sort.Strings(files) // the names end with a timestamp
+	raw, err := os.ReadFile(files[len(files)-1])
+	if err != nil {
+		return nil, err
+	}
+	var items struct {
+		DataItems []struct {
+			Data   map[string]float64 `json:"data"`
+			Labels map[string]string  `json:"labels"`
+		} `json:"dataItems"`
+	}
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, fmt.Errorf("parsing %s: %w", files[len(files)-1], err)
+	}
+	var out []throughput
+	for _, item := range items.DataItems {
+		if item.Labels["Metric"] != "SchedulingThroughput" {
+			continue
+		}
+		profile, pods, workload, ok := parseName(item.Labels["Name"])
+		if !ok {
+			continue
+		}
+		out = append(out, throughput{
+			profile:  profile,
+			pods:     pods,
+			workload: workload,
+			average:  item.Data["Average"],
+			perc50:   item.Data["Perc50"],
+		})
+	}
+	return out, nil
+}
+
+// parseName splits a data item's Name label,
+// "BenchmarkPerfScheduling/<profile>_<pods>/<workload>/<namespace>", into
+// its parts.
+func parseName(name string) (profile, pods, workload string, ok bool) {
+	parts := strings.Split(name, "/")
+	for i := 0; i+1 < len(parts); i++ {
+		profile, pods, found := strings.Cut(parts[i], "_")
+		if found && (profile == profileDefault || profile == profileDiskFit) {
+			return profile, pods, parts[i+1], true
+		}
+	}
+	return "", "", "", false
+}
+
+// throughputTable renders one row per workload with both profiles and the
+// ratio DiskFit/default of the averages and of the medians.
+func throughputTable(items []throughput) string {
+	type key struct{ workload, pods string }
+	rows := map[key]map[string]throughput{}
+	var keys []key
+	for _, t := range items {
+		k := key{t.workload, t.pods}
+		if rows[k] == nil {
+			rows[k] = map[string]throughput{}
+			keys = append(keys, k)
+		}
+		rows[k][t.profile] = t
+	}
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tpods\tdefault avg\tdefault p50\tdiskfit avg\tdiskfit p50\tratio avg\tratio p50\t")
+	for _, k := range keys {
+		d, hasD := rows[k][profileDefault]
+		f, hasF := rows[k][profileDiskFit]
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.workload, k.pods,
+			num(d.average, hasD), num(d.perc50, hasD), num(f.average, hasF), num(f.perc50, hasF),
+			ratio(f.average, d.average, hasF && hasD), ratio(f.perc50, d.perc50, hasF && hasD))
+	}
+	_ = w.Flush()
+	return "SchedulingThroughput, pods/s (ratio = DiskFit / default)\n" + b.String()
+}
+
+func num(v float64, ok bool) string {
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func ratio(a, b float64, ok bool) string {
+	if !ok || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}

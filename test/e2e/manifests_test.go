@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// Every kustomization under manifests/ renders, and the API server accepts
+// every object it renders (server-side apply, dry run): the kind and
+// production overlays and the examples are valid for this Kubernetes.
+func TestManifestsApplyToTheAPIServer(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	var dirs []string
+	err := filepath.WalkDir("../../manifests", func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "kustomization.yaml" {
+			dirs = append(dirs, filepath.Dir(path))
+		}
+		return err
+	})
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no kustomizations under manifests/: %v", err)
+	}
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	// A dry run does not create the namespace the other objects go to.
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "diskfit-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	kustomizer := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	for _, dir := range dirs {
+		t.Run(filepath.Base(filepath.Dir(dir))+"/"+filepath.Base(dir), func(t *testing.T) {
+			resources, err := kustomizer.Run(filesys.MakeFsOnDisk(), dir)
+			if err != nil {
+				t.Fatalf("rendering %s: %v", dir, err)
+			}
+			if resources.Size() == 0 {
+				t.Fatalf("%s renders nothing", dir)
+			}
+			for _, r := range resources.Resources() {
+				raw, err := r.AsYAML()
+				if err != nil {
+					t.Fatal(err)
+				}
+				obj := &unstructured.Unstructured{}
+				if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
+					t.Fatal(err)
+				}
+				gvk := obj.GroupVersionKind()
+				mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+				if err != nil {
+					t.Errorf("%s %s: unknown to the API server: %v", gvk.Kind, obj.GetName(), err)
+					continue
+				}
+				var client dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+				if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+					client = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+				}
+				body, err := obj.MarshalJSON()
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = client.Patch(context.Background(), obj.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{
+					FieldManager: "diskfit-e2e", Force: ptr.To(true), DryRun: []string{metav1.DryRunAll},
+				})
+				if err != nil {
+					t.Errorf("%s %s/%s refused: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+				}
+			}
+		})
+	}
+}
