@@ -35,6 +35,8 @@ var (
 	restConfig *rest.Config
 	kube       kubernetes.Interface
 	diskfitAPI versioned.Interface
+	// localBin holds the binaries TestMain built for the local cluster.
+	localBin string
 	// localDir is the local cluster's run directory when TestMain started
 	// it: tests may then reach the nodes' disks and kubelet directories on
 	// this host. Empty against any other cluster.
@@ -117,6 +119,7 @@ func startLocalCluster() (*localCluster, error) {
 	}
 	lc := &localCluster{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig"), logDir: logDir}
 	bin := filepath.Join(dir, "bin")
+	localBin = bin
 	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/diskfit-csi", "./cmd/diskfit-scheduler", "./test/cmd/localcluster")
 	build.Dir, build.Stdout, build.Stderr = repo, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -4,6 +4,7 @@
 //	localcluster up [--kubeconfig-out PATH]   run until interrupted
 //	localcluster demo [--keep]                the README's demo
 //	localcluster bench                        time to bind, diskfit vs default
+//	localcluster sweep                        clean up after killed runs
 //
 // `up` prints the admin kubeconfig path once every node is ready. SIGINT or
 // SIGTERM stop either command and remove every mount, loop device and file
@@ -30,8 +31,15 @@ func main() {
 		runKubelet()
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "sweep" {
+		if err := cluster.SweepLeftovers(); err != nil {
+			fmt.Fprintln(os.Stderr, "localcluster sweep:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "demo" && os.Args[1] != "bench") {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|demo|bench [flags]")
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|demo|bench|sweep [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)

@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The local cluster leaves nothing behind: stopped with SIGTERM it removes
+// every mount (the kubelets bind-mount their roots onto themselves), loop
+// device, process and file it made; killed with SIGKILL, its children die
+// with it and the next run (here `localcluster sweep`) removes the rest.
+func TestLocalClusterLeavesNothingBehind(t *testing.T) {
+	needLocal(t)
+	for _, signal := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(signal.String(), func(t *testing.T) {
+			repo, err := filepath.Abs("../..")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(t.TempDir(), "kubeconfig")
+			cmd := exec.Command(filepath.Join(localBin, "localcluster"), "up", "--repo", repo, "--bin-dir", localBin, "--kubeconfig-out", out)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			dir := filepath.Join("/tmp/dfl", strconv.Itoa(cmd.Process.Pid))
+			deadline := time.Now().Add(3 * time.Minute)
+			for {
+				if _, err := os.Stat(out); err == nil {
+					break
+				}
+				select {
+				case err := <-exited:
+					t.Fatalf("localcluster exited before it was ready: %v", err)
+				case <-time.After(500 * time.Millisecond):
+				}
+				if time.Now().After(deadline) {
+					_ = cmd.Process.Kill()
+					t.Fatal("second local cluster not ready after 3 minutes")
+				}
+			}
+			if len(mountsUnder(t, dir)) == 0 || len(loopsUnder(t, dir)) == 0 || len(processesUsing(t, dir)) == 0 {
+				t.Fatalf("a running cluster shows no mounts, loop devices or processes under %s", dir)
+			}
+
+			_ = cmd.Process.Signal(signal)
+			select {
+			case <-exited:
+			case <-time.After(2 * time.Minute):
+				_ = cmd.Process.Kill()
+				t.Fatal("localcluster did not stop")
+			}
+			if signal == syscall.SIGKILL {
+				// Its children die with it; what they made stays until the
+				// next run sweeps it.
+				waitGone(t, func() []string { return processesUsing(t, dir) }, "processes")
+				if len(mountsUnder(t, dir)) == 0 && len(loopsUnder(t, dir)) == 0 {
+					t.Fatalf("a killed cluster left no mounts or loop devices: nothing for the sweep to do")
+				}
+				sweep := exec.Command(filepath.Join(localBin, "localcluster"), "sweep")
+				if out, err := sweep.CombinedOutput(); err != nil {
+					t.Fatalf("sweep: %v: %s", err, out)
+				}
+			}
+			waitGone(t, func() []string { return processesUsing(t, dir) }, "processes")
+			if m := mountsUnder(t, dir); len(m) > 0 {
+				t.Errorf("mounts left: %v", m)
+			}
+			if l := loopsUnder(t, dir); len(l) > 0 {
+				t.Errorf("loop devices left: %v", l)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("run directory %s left: %v", dir, err)
+			}
+		})
+	}
+}
+
+func waitGone(t *testing.T, list func() []string, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(list()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s left: %v", what, list())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func mountsUnder(t *testing.T, dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var found []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if fields := strings.Fields(s.Text()); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			found = append(found, fields[4])
+		}
+	}
+	return found
+}
+
+func loopsUnder(t *testing.T, dir string) []string {
+	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, dir+"/") {
+			found = append(found, line)
+		}
+	}
+	return found
+}
+
+// processesUsing lists processes whose command line names dir.
+func processesUsing(t *testing.T, dir string) []string {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), dir+"/") {
+			found = append(found, e.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " ")[:min(len(cmdline), 80)])
+		}
+	}
+	return found
+}
