@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -64,39 +63,14 @@ func TestRaceForLastSpaceNeverOverbooks(t *testing.T) {
 		createPod(t, ns, podSpec(name, diskfit.SchedulerName, name))
 	}
 
-	// Settled: every pod is either scheduled with its claim bound, or has
-	// been refused by the scheduler with a per-disk reason.
-	var bound, refused int
-	err := wait.PollUntilContextTimeout(ctxFor(t, 4*time.Minute), time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pvcs, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
-		if err != nil {
-			return false, err
-		}
-		refusedPods := map[string]bool{}
-		for _, e := range evs.Items {
-			if strings.Contains(e.Message, "largest free disk") {
-				refusedPods[e.InvolvedObject.Name] = true
-			}
-		}
-		bound, refused = 0, 0
-		for _, pvc := range pvcs.Items {
-			switch {
-			case pvc.Status.Phase == v1.ClaimBound:
-				bound++
-			case refusedPods[pvc.Name] && pvc.Annotations[diskfit.SelectedNodeAnnotation] == "":
-				refused++
-			}
-		}
-		return bound+refused == pods, nil
-	})
-	t.Logf("%d pods for room of %d: %d bound, %d refused", pods, fit, bound, refused)
-	if err != nil {
-		t.Fatalf("not settled: %d bound, %d refused of %d: %v", bound, refused, pods, err)
+	podClaims := map[string][]string{}
+	for i := range pods {
+		name := fmt.Sprintf("r%02d", i)
+		podClaims[name] = []string{name}
 	}
+	boundPods, refusedPods := settle(t, ns, podClaims, 3*time.Minute)
+	bound, refused := len(boundPods), len(refusedPods)
+	t.Logf("%d pods for room of %d: %d bound, %d refused", pods, fit, bound, refused)
 	// Exactly as many as the disks hold: no disk is overbooked, and no disk
 	// has room left for one more (the refused pods could not have fit).
 	// Wait for a fresh DiskNode report first: XFS frees the blocks of files

@@ -29,14 +29,19 @@ func settle(t *testing.T, ns string, pods map[string][]string, timeout time.Dura
 		for i := range pvcs.Items {
 			phase[pvcs.Items[i].Name] = &pvcs.Items[i]
 		}
-		evs, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+		// The scheduler keeps its latest reason in the pod's PodScheduled
+		// condition; events may be aggregated or dropped under load.
+		podList, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
 		}
 		refusedPods := map[string]bool{}
-		for _, e := range evs.Items {
-			if strings.Contains(e.Message, "largest free disk") || strings.Contains(e.Message, "do not fit") || strings.Contains(e.Message, "cannot hold") {
-				refusedPods[e.InvolvedObject.Name] = true
+		for _, pod := range podList.Items {
+			for _, c := range pod.Status.Conditions {
+				if pod.Spec.NodeName == "" && c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse &&
+					(strings.Contains(c.Message, "largest free disk") || strings.Contains(c.Message, "do not fit")) {
+					refusedPods[pod.Name] = true
+				}
 			}
 		}
 		bound, refused = nil, nil
@@ -61,7 +66,23 @@ func settle(t *testing.T, ns string, pods map[string][]string, timeout time.Dura
 		return len(bound)+len(refused) == len(pods), nil
 	})
 	if err != nil {
-		t.Fatalf("pods not settled after %s: %d bound, %d refused of %d: %v", timeout, len(bound), len(refused), len(pods), err)
+		settled := map[string]bool{}
+		for _, p := range append(append([]string{}, bound...), refused...) {
+			settled[p] = true
+		}
+		var b strings.Builder
+		for pod, claims := range pods {
+			if settled[pod] {
+				continue
+			}
+			p, _ := kube.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+			fmt.Fprintf(&b, "  pod %s node %q conditions %+v\n", pod, p.Spec.NodeName, p.Status.Conditions)
+			for _, c := range claims {
+				pvc, _ := kube.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), c, metav1.GetOptions{})
+				fmt.Fprintf(&b, "    claim %s phase %s annotations %v\n", c, pvc.Status.Phase, pvc.Annotations)
+			}
+		}
+		t.Fatalf("pods not settled after %s: %d bound, %d refused of %d: %v\n%s", timeout, len(bound), len(refused), len(pods), err, b.String())
 	}
 	return bound, refused
 }

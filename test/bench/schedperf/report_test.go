@@ -23,6 +23,9 @@ type throughput struct {
 	workload string // 500Nodes, 5000Nodes
 	average  float64
 	perc50   float64
+	// duration is scheduler_perf's SchedulingDuration: seconds from the
+	// start of the measured pods' creation until all are scheduled.
+	duration float64
 }
 
 // readThroughput reads the SchedulingThroughput items of the newest data
@@ -50,21 +53,29 @@ func readThroughput(dir, topic string) ([]throughput, error) {
 		return nil, fmt.Errorf("parsing %s: %w", files[len(files)-1], err)
 	}
 	var out []throughput
+	index := map[[3]string]int{}
 	for _, item := range items.DataItems {
-		if item.Labels["Metric"] != "SchedulingThroughput" {
+		metric := item.Labels["Metric"]
+		if metric != "SchedulingThroughput" && metric != "SchedulingDuration" {
 			continue
 		}
 		profile, pods, workload, ok := parseName(item.Labels["Name"])
 		if !ok {
 			continue
 		}
-		out = append(out, throughput{
-			profile:  profile,
-			pods:     pods,
-			workload: workload,
-			average:  item.Data["Average"],
-			perc50:   item.Data["Perc50"],
-		})
+		k := [3]string{profile, pods, workload}
+		i, seen := index[k]
+		if !seen {
+			i = len(out)
+			index[k] = i
+			out = append(out, throughput{profile: profile, pods: pods, workload: workload})
+		}
+		if metric == "SchedulingDuration" {
+			out[i].duration = item.Data["Duration"]
+		} else {
+			out[i].average = item.Data["Average"]
+			out[i].perc50 = item.Data["Perc50"]
+		}
 	}
 	return out, nil
 }
@@ -83,8 +94,9 @@ func parseName(name string) (profile, pods, workload string, ok bool) {
 	return "", "", "", false
 }
 
-// throughputTable renders one row per workload with both profiles and the
-// ratio DiskFit/default of the averages and of the medians.
+// throughputTable renders one row per workload with both profiles, the
+// ratio DiskFit/default of the averages and of the medians, and each
+// profile's SchedulingDuration.
 func throughputTable(items []throughput) string {
 	type key struct{ workload, pods string }
 	rows := map[key]map[string]throughput{}
@@ -99,16 +111,17 @@ func throughputTable(items []throughput) string {
 	}
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "workload\tpods\tdefault avg\tdefault p50\tdiskfit avg\tdiskfit p50\tratio avg\tratio p50\t")
+	fmt.Fprintln(w, "workload\tpods\tdefault avg\tdefault p50\tdiskfit avg\tdiskfit p50\tratio avg\tratio p50\tdefault s\tdiskfit s\t")
 	for _, k := range keys {
 		d, hasD := rows[k][profileDefault]
 		f, hasF := rows[k][profileDiskFit]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.workload, k.pods,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", k.workload, k.pods,
 			num(d.average, hasD), num(d.perc50, hasD), num(f.average, hasF), num(f.perc50, hasF),
-			ratio(f.average, d.average, hasF && hasD), ratio(f.perc50, d.perc50, hasF && hasD))
+			ratio(f.average, d.average, hasF && hasD), ratio(f.perc50, d.perc50, hasF && hasD),
+			num(d.duration, hasD), num(f.duration, hasF))
 	}
 	_ = w.Flush()
-	return "SchedulingThroughput, pods/s (ratio = DiskFit / default)\n" + b.String()
+	return "SchedulingThroughput, pods/s (ratio = DiskFit / default); SchedulingDuration, s\n" + b.String()
 }
 
 func num(v float64, ok bool) string {
