@@ -56,7 +56,7 @@ func (pl *DiskFit) filterDisks(ctx context.Context, claims []packing.Claim, node
 				fmt.Sprintf("node %s: DiskNode is stale (observed %s ago, maximum %s)", node, age.Round(1e9), pl.maxAge)), false
 		}
 	}
-	assign := assignBuf[:0]
+	var assign []int
 	if len(claims) > len(assignBuf) {
 		assign = make([]int, len(claims))
 	} else {

@@ -52,23 +52,23 @@ func (pl *DiskFit) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	return score, nil
 }
 
-// scoreDisks is the disk part of Score, from fwk.MinNodeScore to
-// fwk.MaxNodeScore. A node that no longer fits (space taken since Filter)
+// scoreDisks is the disk part of Score, from fwk.MinScore to
+// fwk.MaxScore. A node that no longer fits (space taken since Filter)
 // scores lowest; Reserve will reject it if it is still chosen.
 func (pl *DiskFit) scoreDisks(claims []packing.Claim, node string) int64 {
 	var diskBuf [packing.MaxInlineDisks]packing.Disk
 	var assignBuf [16]int
 	disks, _ := pl.ledger.Disks(node, diskBuf[:0])
-	assign := assignBuf[:0]
+	var assign []int
 	if len(claims) > len(assignBuf) {
 		assign = make([]int, len(claims))
 	} else {
 		assign = assignBuf[:len(claims)]
 	}
 	if !packing.Pack(disks, claims, pl.opts, assign) {
-		return fwk.MinNodeScore
+		return fwk.MinScore
 	}
-	return fwk.MinNodeScore + packing.Score(disks, claims, assign, pl.opts.Strategy, pl.weigh, fwk.MaxNodeScore-fwk.MinNodeScore)
+	return fwk.MinScore + packing.Score(disks, claims, assign, pl.opts.Strategy, pl.weigh, fwk.MaxScore-fwk.MinScore)
 }
 
 // ScoreExtensions returns nil: scores are already in the framework's range.

@@ -28,11 +28,13 @@ package ledger
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
@@ -394,12 +396,19 @@ func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
 }
 
 // ClaimSize is the number of bytes a PVC's volume will take on its disk:
-// the request as the driver rounds it (diskfit.VolumeBytes).
+// the request as the driver rounds it (diskfit.VolumeBytes). A request
+// beyond int64 (1e100 is a valid quantity, whose Value is 0) is MaxInt64,
+// which fits on no disk.
 func ClaimSize(pvc *v1.PersistentVolumeClaim) int64 {
 	q := pvc.Spec.Resources.Requests[v1.ResourceStorage]
 	block := pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == v1.PersistentVolumeBlock
+	if q.Cmp(maxInt64Quantity) > 0 {
+		return math.MaxInt64
+	}
 	return diskfit.VolumeBytes(q.Value(), block)
 }
+
+var maxInt64Quantity = *resource.NewQuantity(math.MaxInt64, resource.BinarySI)
 
 // SetPVC records a PVC: an unbound one annotated with a node and a disk
 // counts against that disk.

@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -400,5 +401,29 @@ func TestLocationsNeedWellFormedDisk(t *testing.T) {
 	}
 	if loc, ok := PVLocation(pv("pv", "node-a", "ssd.1", gi, "u")); !ok || loc != (Location{Node: "node-a", Disk: "ssd.1"}) {
 		t.Errorf("PVLocation = %+v, %v, want node-a/ssd.1", loc, ok)
+	}
+}
+
+// Requests too large for int64 used to be booked as a few MiB: 1e100's
+// Value is 0, and 8Ei rounded up wrapped around (FuzzPVCLocation).
+func TestClaimSizeBeyondInt64(t *testing.T) {
+	tests := []struct {
+		name    string
+		request resource.Quantity
+		want    int64
+	}{
+		{name: "10Gi", request: resource.MustParse("10Gi"), want: 10 * gi},
+		{name: "max int64", request: *resource.NewQuantity(math.MaxInt64, resource.BinarySI), want: math.MaxInt64},
+		{name: "8Ei", request: resource.MustParse("8Ei"), want: math.MaxInt64},
+		{name: "1e100", request: resource.MustParse("1e100"), want: math.MaxInt64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := pvc("u", 0, "", "")
+			c.Spec.Resources.Requests[v1.ResourceStorage] = tt.request
+			if got := ClaimSize(c); got != tt.want {
+				t.Fatalf("ClaimSize(%s) = %d, want %d", tt.name, got, tt.want)
+			}
+		})
 	}
 }

@@ -270,7 +270,7 @@ func Score(disks []Disk, claims []Claim, assign []int, s Strategy, weigh Weigher
 		return 0
 	}
 	var placedInline [MaxInlineDisks]int64
-	placed := placedInline[:0]
+	var placed []int64
 	if len(disks) > MaxInlineDisks {
 		placed = make([]int64, len(disks))
 	} else {
