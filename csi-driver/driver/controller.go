@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
@@ -295,8 +296,22 @@ func (d *Driver) annotatedDisk(ctx context.Context, params map[string]string) (s
 	if err != nil {
 		return "", status.Errorf(codes.Unavailable, "reading PVC %s/%s: %v", ns, name, err)
 	}
-	diskName := pvc.Annotations[diskfit.SelectedDiskAnnotation]
-	node := pvc.Annotations[diskfit.SelectedNodeAnnotation]
+	diskName, err := selectedDisk(pvc.Annotations, d.cfg.NodeID)
+	if err != nil {
+		return "", status.Errorf(status.Code(err), "PVC %s/%s: %s", ns, name, status.Convert(err).Message())
+	}
+	return diskName, nil
+}
+
+// selectedDisk reads the scheduler's disk choice from a PVC's annotations:
+// "" when there is none that counts, InvalidArgument when the PVC is
+// scheduled to another node. A disk name that is not well-formed is
+// ResourceExhausted like an unknown disk: it cannot name a disk here, and
+// that answer makes external-provisioner drop selected-node so the
+// scheduler writes a fresh annotation.
+func selectedDisk(annotations map[string]string, nodeID string) (string, error) {
+	diskName := annotations[diskfit.SelectedDiskAnnotation]
+	node := annotations[diskfit.SelectedNodeAnnotation]
 	switch {
 	case diskName == "":
 		return "", nil
@@ -304,8 +319,11 @@ func (d *Driver) annotatedDisk(ctx context.Context, params map[string]string) (s
 		// Left over from before a reschedule, which removed selected-node:
 		// the design says such an annotation no longer counts.
 		return "", nil
-	case node != d.cfg.NodeID:
-		return "", status.Errorf(codes.InvalidArgument, "PVC %s/%s is scheduled to node %s (disk %s), not to this node %s", ns, name, node, diskName, d.cfg.NodeID)
+	case node != nodeID:
+		return "", status.Errorf(codes.InvalidArgument, "scheduled to node %s (disk %q), not to this node %s", node, diskName, nodeID)
+	}
+	if err := v1alpha1.ValidateDiskName(diskName); err != nil {
+		return "", status.Errorf(codes.ResourceExhausted, "disk %q chosen for the volume does not exist on node %s: %v", diskName, nodeID, err)
 	}
 	return diskName, nil
 }

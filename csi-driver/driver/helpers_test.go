@@ -51,6 +51,15 @@ func newEnv(t testing.TB, disks []testDisk, hooks *backend.Hooks) *env {
 	t.Helper()
 	testdisk.Require(t)
 	_, ctx := ktesting.NewTestContext(t)
+	return newEnvContext(t, ctx, disks, hooks)
+}
+
+// newEnvContext is newEnv with the context the driver runs and logs with.
+// Fuzz targets need one not bound to the *testing.F, whose methods must
+// not be called while the fuzz function runs.
+func newEnvContext(t testing.TB, ctx context.Context, disks []testDisk, hooks *backend.Hooks) *env {
+	t.Helper()
+	testdisk.Require(t)
 	e := &env{ctx: ctx, paths: map[string]string{}}
 	cfg := &config.NodeConfig{MaxVolumes: 100}
 	for _, td := range disks {
