@@ -53,10 +53,11 @@ generate: tools ## Regenerate deepcopy, clientset, listers, informers and the CR
 	hack/update-codegen.sh
 
 .PHONY: verify
-verify: tools ## Fail when generated files are stale or a manifest does not render (needs kubectl); run go vet.
+verify: tools ## Fail when generated files are stale or a manifest does not render (needs kubectl); go vet, staticcheck, govulncheck.
 	hack/verify-codegen.sh
 	hack/verify-manifests.sh
 	$(GO) vet ./...
+	hack/lint.sh
 
 .PHONY: test
 test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, local cluster). Needs root.
@@ -72,6 +73,10 @@ bench: deps tools build ## Run every benchmark and print its tables (placement q
 	$(GO) test ./csi-driver/... -run XXX -bench . -benchtime 40x
 	@echo "== Time to bind a StatefulSet on the local cluster"
 	$(BIN)/localcluster bench
+
+.PHONY: soak
+soak: deps ## Run every fuzz target for FUZZTIME each (default 5m); fails on a crash. Needs root.
+	hack/fuzz.sh
 
 .PHONY: clean
 clean: ## Remove bin/ and test leftovers.

@@ -96,9 +96,9 @@ func (m *diskFitModel) filter(n int, claims []packing.Claim) bool {
 func (m *diskFitModel) score(n int, claims []packing.Claim) int64 {
 	disks, assign, ok := m.pack(n, claims)
 	if !ok {
-		return fwk.MinNodeScore
+		return fwk.MinScore
 	}
-	score := fwk.MinNodeScore + packing.Score(disks, claims, assign, m.opts.Strategy, nil, fwk.MaxNodeScore-fwk.MinNodeScore)
+	score := fwk.MinScore + packing.Score(disks, claims, assign, m.opts.Strategy, nil, fwk.MaxScore-fwk.MinScore)
 	if m.halveScore {
 		score /= 2
 	}
@@ -216,7 +216,7 @@ func volumeBindingScore(requested, capacity int64) int64 {
 	}
 	// Bytes times 100 stay far below 2^63 for any real disk.
 	util := requested * maxUtilization / capacity
-	return fwk.MaxNodeScore - util*fwk.MaxNodeScore/maxUtilization
+	return fwk.MaxScore - util*fwk.MaxScore/maxUtilization
 }
 
 func (m *capacityModel) reserve(*Pod, int, []packing.Claim) []int { return nil }
