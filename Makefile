@@ -64,13 +64,15 @@ test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, 
 	$(GO) test -count=1 ./...
 
 .PHONY: bench
-bench: deps tools build ## Run every benchmark and print its tables (placement quality, scheduler plugin, driver, time to bind). Needs root. Results: docs/benchmarks.md.
+bench: deps tools build ## Run every benchmark and print its tables (placement quality, scheduler plugin, driver, scheduling throughput, time to bind). Needs root. Results: docs/benchmarks.md.
 	@echo "== Placement quality (simulation)"
 	$(GO) run ./test/bench/placement -seed 1 -nodes 100,1000
 	@echo "== DiskFit Filter/Score per node vs VolumeBinding"
 	$(GO) test ./scheduler-plugin/diskfit/ -run '^$$' -bench . -benchtime=1s -count=5 | python3 scheduler-plugin/hack/benchsummary.py
 	@echo "== Driver latency and throughput"
 	$(GO) test ./csi-driver/... -run XXX -bench . -benchtime 40x
+	@echo "== Scheduling throughput (scheduler_perf), diskfit vs default profile"
+	$(GO) test ./test/bench/schedperf -run '^$$' -bench . -benchtime 1x -timeout 60m -perf-scheduling-label-filter=performance
 	@echo "== Time to bind a StatefulSet on the local cluster"
 	$(BIN)/localcluster bench
 
