@@ -105,7 +105,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := writeKubeconfig(c.Config, c.Kubeconfig); err != nil {
 		return c, err
 	}
-	if err := installCRDs(ctx, c.Config, filepath.Join(opts.RepoRoot, "manifests", "base", "crd")); err != nil {
+	if err := InstallCRDs(ctx, c.Config, filepath.Join(opts.RepoRoot, "manifests", "base", "crd")); err != nil {
 		return c, err
 	}
 	if err := c.createCSIDriver(ctx); err != nil {

@@ -169,8 +169,9 @@ func (cp *controlPlane) startControllers(ctx context.Context) error {
 	return nil
 }
 
-// installCRDs creates every CRD found in dir and waits until each is served.
-func installCRDs(ctx context.Context, config *rest.Config, dir string) error {
+// InstallCRDs creates every CRD found in dir (unless it exists) and waits
+// until each is served.
+func InstallCRDs(ctx context.Context, config *rest.Config, dir string) error {
 	client, err := apiextensionsclient.NewForConfig(config)
 	if err != nil {
 		return err

@@ -4,18 +4,13 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -29,18 +24,18 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
-	"sigs.k8s.io/yaml"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
 	"github.com/diskfit/diskfit/scheduler-plugin/app"
 	diskfitplugin "github.com/diskfit/diskfit/scheduler-plugin/diskfit"
+	"github.com/diskfit/diskfit/test/cluster"
 )
 
 const (
-	// crdFile is the DiskNode CRD, relative to this package.
-	crdFile = "../../../manifests/base/crd/diskfit.io_disknodes.yaml"
+	// crdDir holds the DiskNode CRD, relative to this package.
+	crdDir = "../../../manifests/base/crd"
 	// disksPerNode and diskBytes shape every node: large enough that no
 	// workload fills a disk, so every pod is placed on its first attempt.
 	disksPerNode = 4
@@ -62,7 +57,7 @@ func registry() frameworkruntime.Registry {
 	r := app.Registry()
 	newDiskFit := r[diskfitplugin.Name]
 	r[diskfitplugin.Name] = func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		if err := installCRD(ctx, h.KubeConfig()); err != nil {
+		if err := cluster.InstallCRDs(ctx, h.KubeConfig(), crdDir); err != nil {
 			return nil, err
 		}
 		return newDiskFit(ctx, obj, h)
@@ -70,43 +65,11 @@ func registry() frameworkruntime.Registry {
 	return r
 }
 
-// installCRD creates the DiskNode CRD unless it exists and waits until it
-// is established.
-func installCRD(ctx context.Context, config *rest.Config) error {
-	raw, err := os.ReadFile(crdFile)
-	if err != nil {
-		return err
-	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
-		return fmt.Errorf("parsing %s: %w", crdFile, err)
-	}
-	client, err := apiextensionsclient.NewForConfig(config)
-	if err != nil {
-		return err
-	}
-	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
-	}
-	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range got.Status.Conditions {
-			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-}
-
 // prepareStorage runs before each workload: the CRD (the default profile
 // does not build DiskFit, but its workloads create the same DiskNodes) and
 // the stand-in for external-provisioner and the PV controller.
 func prepareStorage(tCtx ktesting.TContext) error {
-	if err := installCRD(tCtx, tCtx.RESTConfig()); err != nil {
+	if err := cluster.InstallCRDs(tCtx, tCtx.RESTConfig(), crdDir); err != nil {
 		return err
 	}
 	return startProvisioner(tCtx)
