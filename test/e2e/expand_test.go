@@ -29,16 +29,22 @@ func expandTo(t *testing.T, ns, name string, size int64) {
 	}
 }
 
+// runningPodWithClaim creates a claim and a diskfit-scheduled pod using
+// it, both named name, and waits until the pod runs.
+func runningPodWithClaim(t *testing.T, ns, name string, size int64) (*v1.PersistentVolumeClaim, *v1.Pod) {
+	t.Helper()
+	newPVC(t, ns, name, newStorageClass(t, ""), size)
+	createPod(t, ns, podSpec(name, diskfit.SchedulerName, name))
+	pvc := waitPVCsBound(t, ns, []string{name}, 2*time.Minute)[name]
+	return pvc, waitPodRunning(t, ns, name, 2*time.Minute)
+}
+
 // Expanding a claim of a running pod grows the volume on its disk and the
 // filesystem the pod sees (external-resizer updates the PV; the kubelet on
 // the volume's node calls NodeExpandVolume).
 func TestExpandGrowsTheFilesystem(t *testing.T) {
 	ns := newNamespace(t)
-	class := newStorageClass(t, "")
-	newPVC(t, ns, "grow", class, 512*mi)
-	createPod(t, ns, podSpec("grow", diskfit.SchedulerName, "grow"))
-	pvc := waitPVCsBound(t, ns, []string{"grow"}, 2*time.Minute)["grow"]
-	pod := waitPodRunning(t, ns, "grow", 2*time.Minute)
+	pvc, pod := runningPodWithClaim(t, ns, "grow", 512*mi)
 
 	expandTo(t, ns, "grow", 1*gi)
 	err := wait.PollUntilContextTimeout(ctxFor(t, 3*time.Minute), time.Second, 150*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -68,11 +74,7 @@ func TestExpandGrowsTheFilesystem(t *testing.T) {
 // and leaves the volume and its pod as they were.
 func TestExpandBeyondTheDiskFailsCleanly(t *testing.T) {
 	ns := newNamespace(t)
-	class := newStorageClass(t, "")
-	newPVC(t, ns, "big", class, 512*mi)
-	createPod(t, ns, podSpec("big", diskfit.SchedulerName, "big"))
-	pvc := waitPVCsBound(t, ns, []string{"big"}, 2*time.Minute)["big"]
-	pod := waitPodRunning(t, ns, "big", 2*time.Minute)
+	pvc, pod := runningPodWithClaim(t, ns, "big", 512*mi)
 
 	expandTo(t, ns, "big", 64*gi)
 	// The kubelet reports the failed NodeExpandVolume on the claim.
