@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -151,6 +152,11 @@ func unescapeMountPath(p string) string {
 // bind-mounts its root onto itself, so unmount lazily and deepest first, more
 // than once), loop devices whose backing file is below dir, then the files.
 func cleanHostState(dir string) error {
+	// Volumes' loop devices are backed by files on the disks: once a disk
+	// is unmounted their backing path no longer shows under dir, so they
+	// are listed first and detached after the unmounts (a device still in
+	// use is then freed when its last lazy mount goes).
+	loops := loopsBackedUnder(dir)
 	for i := 0; i < 5; i++ {
 		mps := mountsUnder(dir)
 		if len(mps) == 0 {
@@ -161,7 +167,7 @@ func cleanHostState(dir string) error {
 		}
 	}
 	var errs []error
-	for _, loop := range loopsBackedUnder(dir) {
+	for _, loop := range slices.Compact(slices.Sorted(slices.Values(append(loops, loopsBackedUnder(dir)...)))) {
 		if _, err := run("losetup", "-d", loop); err != nil {
 			errs = append(errs, err)
 		}
