@@ -42,19 +42,7 @@ func TestRunServesAndPublishes(t *testing.T) {
 	cfg := e.d.cfg
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	cfg.MetricsAddress = freePort(t)
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := runDriver(t, e.ctx, cfg)
 
 	conn, err := grpc.NewClient(cfg.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -234,19 +222,7 @@ func TestStatusRetriesUntilNodeExists(t *testing.T) {
 	}
 	cfg := e.d.cfg
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := runDriver(t, e.ctx, cfg)
 	if err := waitFor(ctx, func() (bool, error) {
 		acts := e.kube.Actions()
 		return len(acts) > 0 && acts[len(acts)-1].GetResource().Resource == "nodes", nil
@@ -265,4 +241,24 @@ func TestStatusRetriesUntilNodeExists(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("waiting for the DiskNode after the Node appeared: %v", err)
 	}
+}
+
+// runDriver builds a driver from cfg and runs it until the test ends, when
+// Run must return without error. It returns the driver's context.
+func runDriver(t *testing.T, parent context.Context, cfg Config) context.Context {
+	t.Helper()
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return ctx
 }
