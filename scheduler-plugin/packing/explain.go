@@ -11,17 +11,20 @@ import (
 // disk nvme1 has 9Gi, pod needs 10Gi on one disk". It is only called on
 // the failure path, so it may allocate.
 func Explain(disks []Disk, claims []Claim) string {
-	// A claim whose class has no healthy disk at all.
+	// A claim with no healthy disk it may use at all.
 	for ci := range claims {
 		c := &claims[ci]
 		any := false
 		for di := range disks {
-			if disks[di].Usable(c.DeviceClass) {
+			if c.allows(&disks[di]) {
 				any = true
 				break
 			}
 		}
 		if !any {
+			if c.Disk != "" {
+				return fmt.Sprintf("claim %s copies data held on disk %s, which is not a healthy disk of this node", c.Name, c.Disk)
+			}
 			if c.DeviceClass != "" {
 				return fmt.Sprintf("no healthy disk of device class %q for claim %s", c.DeviceClass, c.Name)
 			}
@@ -36,12 +39,16 @@ func Explain(disks []Disk, claims []Claim) string {
 		c := &claims[ci]
 		largest := -1
 		for di := range disks {
-			if !disks[di].Usable(c.DeviceClass) {
+			if !c.allows(&disks[di]) {
 				continue
 			}
 			if largest < 0 || disks[di].Free > disks[largest].Free {
 				largest = di
 			}
+		}
+		if disks[largest].Free < c.Size && c.Disk != "" {
+			return fmt.Sprintf("disk %s holds the source of claim %s and has %s free, the claim needs %s",
+				c.Disk, c.Name, FormatBytes(max(disks[largest].Free, 0)), FormatBytes(c.Size))
 		}
 		if disks[largest].Free < c.Size {
 			class := ""

@@ -76,6 +76,15 @@ type Claim struct {
 	Size int64
 	// DeviceClass restricts the claim to disks of this class; "" means any.
 	DeviceClass string
+	// Disk restricts the claim to the disk of this name: a volume restored
+	// from a snapshot or cloned from another volume is a reflink copy,
+	// which only its source's disk can hold. "" means any.
+	Disk string
+}
+
+// allows reports whether c may be placed on d, free space aside.
+func (c *Claim) allows(d *Disk) bool {
+	return d.Usable(c.DeviceClass) && (c.Disk == "" || c.Disk == d.Name)
 }
 
 // SortClaims orders claims largest first, the order Pack expects. Sorting
@@ -170,7 +179,7 @@ func greedy(disks []Disk, claims []Claim, s Strategy, free []int64, assign []int
 		c := &claims[ci]
 		best := -1
 		for di := range disks {
-			if free[di] < c.Size || !disks[di].Usable(c.DeviceClass) {
+			if free[di] < c.Size || !c.allows(&disks[di]) {
 				continue
 			}
 			if best < 0 || better(s, free[di], free[best]) {
@@ -217,21 +226,20 @@ func (s *searcher) search(ci int) bool {
 	if total < s.remaining[ci] {
 		return false
 	}
-	// Candidates in preference order, skipping disks equivalent to one
-	// already tried at this level (same class and same free space): they
-	// lead to the same sub-problem.
+	// Candidates in preference order, skipping disks interchangeable with
+	// one already tried at this level: they lead to the same sub-problem.
 	var candInline [MaxInlineDisks]int
 	cand := candInline[:0]
 	if len(s.disks) > MaxInlineDisks {
 		cand = make([]int, 0, len(s.disks))
 	}
 	for di := range s.disks {
-		if s.free[di] < c.Size || !s.disks[di].Usable(c.DeviceClass) {
+		if s.free[di] < c.Size || !c.allows(&s.disks[di]) {
 			continue
 		}
 		dup := false
 		for _, o := range cand {
-			if s.free[o] == s.free[di] && s.disks[o].DeviceClass == s.disks[di].DeviceClass {
+			if s.interchangeable(o, di) {
 				dup = true
 				break
 			}
@@ -254,6 +262,21 @@ func (s *searcher) search(ci int) bool {
 		s.free[di] += c.Size
 	}
 	return false
+}
+
+// interchangeable reports whether disks a and b are the same to every claim:
+// same free space and class, and neither is the one disk a claim is
+// restricted to.
+func (s *searcher) interchangeable(a, b int) bool {
+	if s.free[a] != s.free[b] || s.disks[a].DeviceClass != s.disks[b].DeviceClass {
+		return false
+	}
+	for ci := range s.claims {
+		if d := s.claims[ci].Disk; d != "" && (d == s.disks[a].Name || d == s.disks[b].Name) {
+			return false
+		}
+	}
+	return true
 }
 
 // Weigher returns the score weight of a device class. Nil means weight 1

@@ -59,6 +59,28 @@ func TestPack(t *testing.T) {
 			wantFit: false,
 		},
 		{
+			name:     "a copy goes to its source's disk even when another fits better",
+			disks:    []Disk{disk("a", 2*gi), disk("b", 8*gi)},
+			claims:   []Claim{{Key: "r", Name: "ns/r", Size: gi, Disk: "b"}},
+			wantFit:  true,
+			wantDisk: []string{"b"},
+		},
+		{
+			name:    "a copy does not fit when its source's disk is full",
+			disks:   []Disk{disk("a", 8*gi), disk("b", gi)},
+			claims:  []Claim{{Key: "r", Name: "ns/r", Size: 2 * gi, Disk: "b"}},
+			wantFit: false,
+		},
+		{
+			name:     "other claims make room for a copy on its source's disk",
+			disks:    []Disk{disk("a", 3*gi), disk("b", 3*gi)},
+			// Sorted order: the unpinned claim comes first and takes disk a
+			// greedily; the exhaustive search moves it.
+			claims:   []Claim{{Key: "o", Name: "ns/o", Size: 2 * gi}, {Key: "r", Name: "ns/r", Size: 2 * gi, Disk: "a"}},
+			wantFit:  true,
+			wantDisk: []string{"b", "a"},
+		},
+		{
 			name:    "no claims always fit",
 			disks:   nil,
 			claims:  nil,
@@ -179,7 +201,7 @@ func checkAssignment(t *testing.T, disks []Disk, claims []Claim, assign []int) {
 	used := make([]int64, len(disks))
 	for i, c := range claims {
 		d := disks[assign[i]]
-		if !d.Usable(c.DeviceClass) {
+		if !c.allows(&d) {
 			t.Errorf("claim %s placed on unusable disk %s", c.Name, d.Name)
 		}
 		used[assign[i]] += c.Size
@@ -321,6 +343,18 @@ func TestExplain(t *testing.T) {
 			disks:  []Disk{unhealthy},
 			claims: claims(gi),
 			want:   "no healthy disk",
+		},
+		{
+			name:   "a copy whose source disk is missing",
+			disks:  []Disk{disk("a", 10*gi)},
+			claims: []Claim{{Key: "r", Name: "ns/r", Size: gi, Disk: "gone"}},
+			want:   "claim ns/r copies data held on disk gone, which is not a healthy disk of this node",
+		},
+		{
+			name:   "a copy larger than its source disk's free space",
+			disks:  []Disk{disk("a", 10*gi), disk("b", gi)},
+			claims: []Claim{{Key: "r", Name: "ns/r", Size: 2 * gi, Disk: "b"}},
+			want:   "disk b holds the source of claim ns/r and has 1Gi free, the claim needs 2Gi",
 		},
 		{
 			name:   "claims that fit alone but not together",
