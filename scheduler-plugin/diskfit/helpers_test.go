@@ -10,8 +10,10 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -160,7 +162,17 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	client := fake.NewClientset(append(storageClasses(), objs...)...)
+	// Unstructured objects (VolumeSnapshots and their contents) go to the
+	// dynamic client, the rest to the clientset.
+	kubeObjs, snapshotObjs := storageClasses(), []runtime.Object{}
+	for _, o := range objs {
+		if _, ok := o.(*unstructured.Unstructured); ok {
+			snapshotObjs = append(snapshotObjs, o)
+		} else {
+			kubeObjs = append(kubeObjs, o)
+		}
+	}
+	client := fake.NewClientset(kubeObjs...)
 	informerFactory := informers.NewSharedInformerFactory(client, 0)
 	activator := &recordingActivator{}
 	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
@@ -183,6 +195,7 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 		Features:       fts,
 		DiskNodeClient: dfClient,
 		Now:            func() time.Time { return testNow },
+		SnapshotClient: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), snapshotObjs...),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/dynamic"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/tools/cache"
@@ -54,7 +55,10 @@ type DiskFit struct {
 	ledger     *ledger.Ledger
 	pvcLister  corelisters.PersistentVolumeClaimLister
 	pvcIndexer cache.Indexer
+	pvLister   corelisters.PersistentVolumeLister
 	scLister   storagelisters.StorageClassLister
+	// snapshots reads VolumeSnapshots and their contents (source.go).
+	snapshots dynamic.Interface
 	opts       packing.Options
 	weigh      packing.Weigher
 	maxAge     time.Duration
@@ -99,6 +103,9 @@ type Options struct {
 	DiskNodeClient versioned.Interface
 	// Now is the clock for DiskNode staleness; nil is time.Now.
 	Now func() time.Time
+	// SnapshotClient reads VolumeSnapshots; nil builds one from the
+	// handle's KubeConfig.
+	SnapshotClient dynamic.Interface
 }
 
 // New builds a DiskFit plugin; it is the factory to register under Name
@@ -144,6 +151,8 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		ledger:     ledger.New(),
 		pvcLister:  h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Lister(),
 		pvcIndexer: h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Informer().GetIndexer(),
+		pvLister:   h.SharedInformerFactory().Core().V1().PersistentVolumes().Lister(),
+		snapshots:  o.SnapshotClient,
 		noClaims:   &stateData{},
 		activator:  h,
 		scLister:   h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
@@ -186,6 +195,11 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		client, err = versioned.NewForConfig(h.KubeConfig())
 		if err != nil {
 			return nil, fmt.Errorf("building DiskNode client: %w", err)
+		}
+	}
+	if pl.snapshots == nil && h.KubeConfig() != nil {
+		if pl.snapshots, err = dynamic.NewForConfig(h.KubeConfig()); err != nil {
+			return nil, fmt.Errorf("building VolumeSnapshot client: %w", err)
 		}
 	}
 	if err := pl.watchDiskNodes(ctx, client); err != nil {

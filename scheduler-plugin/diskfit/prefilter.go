@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/storage/ephemeral"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
@@ -25,6 +26,9 @@ type stateData struct {
 	// claims are the unbound diskfit claims still needing a disk, largest
 	// first (packing.SortClaims).
 	claims []packing.Claim
+	// node is set when a claim copies data (source.go): the only node
+	// that holds it.
+	node string
 	// othersUnbound is set when the pod also has unbound claims that are
 	// not diskfit's: only then has the embedded VolumeBinding something of
 	// its own to score (it sees no capacity for diskfit claims).
@@ -81,14 +85,22 @@ func (pl *DiskFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod
 		// Skip (no PVCs) or a rejection VolumeBinding explains.
 		return res, status
 	}
-	claims, othersUnbound, err := pl.podClaims(pod)
+	s, err := pl.podClaims(ctx, pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	s := pl.noClaims
-	if len(claims) > 0 {
-		s = &stateData{claims: claims, othersUnbound: othersUnbound}
-		klog.FromContext(ctx).V(4).Info("DiskFit claims", "pod", klog.KObj(pod), "count", len(claims))
+	if len(s.claims) == 0 {
+		s = pl.noClaims
+	} else {
+		klog.FromContext(ctx).V(4).Info("DiskFit claims", "pod", klog.KObj(pod), "count", len(s.claims), "sourceNode", s.node)
+	}
+	if s.node != "" {
+		// Only the node holding the data can make the copies.
+		if res.AllNodes() {
+			res = &fwk.PreFilterResult{NodeNames: sets.New(s.node)}
+		} else {
+			res = &fwk.PreFilterResult{NodeNames: res.NodeNames.Intersection(sets.New(s.node))}
+		}
 	}
 	cs.Write(stateKey, s)
 	pl.last.Store(&lastCycle{cs: cs, s: s})
@@ -137,8 +149,10 @@ var errNotDiskFit = errors.New("not a diskfit claim")
 // provisioned by the diskfit driver, and not already placed on a disk. A
 // PVC that already carries this cycle's node and a disk (a pod scheduled
 // again before provisioning finished) is counted by the ledger and keeps
-// its disk.
-func (pl *DiskFit) podClaims(pod *v1.Pod) (claims []packing.Claim, othersUnbound bool, err error) {
+// its disk. A claim that copies a snapshot or volume is restricted to the
+// source's disk, and the pod to the source's node.
+func (pl *DiskFit) podClaims(ctx context.Context, pod *v1.Pod) (*stateData, error) {
+	s := &stateData{}
 	for i := range pod.Spec.Volumes {
 		name, ok := claimName(pod, &pod.Spec.Volumes[i])
 		if !ok {
@@ -148,20 +162,30 @@ func (pl *DiskFit) podClaims(pod *v1.Pod) (claims []packing.Claim, othersUnbound
 		if err != nil {
 			// VolumeBinding's PreFilter has already rejected missing PVCs;
 			// one deleted since then ends this cycle the same way.
-			return nil, false, fmt.Errorf("reading PVC %s/%s: %w", pod.Namespace, name, err)
+			return nil, fmt.Errorf("reading PVC %s/%s: %w", pod.Namespace, name, err)
 		}
 		c, err := pl.claimFor(pvc)
 		if errors.Is(err, errNotDiskFit) {
-			othersUnbound = othersUnbound || pvc.Spec.VolumeName == ""
+			s.othersUnbound = s.othersUnbound || pvc.Spec.VolumeName == ""
 			continue
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, err
 		}
-		claims = append(claims, c)
+		loc, copies, err := pl.sourceLocation(ctx, pvc)
+		if err != nil {
+			return nil, err
+		}
+		if copies {
+			if s.node != "" && s.node != loc.Node {
+				return nil, fmt.Errorf("the pod's claims copy data held on different nodes (%s and %s)", s.node, loc.Node)
+			}
+			c.Disk, s.node = loc.Disk, loc.Node
+		}
+		s.claims = append(s.claims, c)
 	}
-	packing.SortClaims(claims)
-	return claims, othersUnbound, nil
+	packing.SortClaims(s.claims)
+	return s, nil
 }
 
 // claimFor turns a PVC into a claim, or errNotDiskFit when DiskFit has

@@ -1,0 +1,128 @@
+package diskfit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
+)
+
+// A claim that restores a VolumeSnapshot or clones another PVC is a reflink
+// copy of its source, which only the disk holding the source can make. The
+// scheduler must therefore place it on that node and that disk; any other
+// choice ends in a CreateVolume that cannot succeed.
+
+// snapshotGroup is the API group of VolumeSnapshots (external-snapshotter).
+const snapshotGroup = "snapshot.storage.k8s.io"
+
+// snapshotManagedByLabel is the label snapshot-controller puts on a
+// VolumeSnapshotContent in distributed mode: the node whose csi-snapshotter
+// takes the snapshot, the node of the source volume.
+const snapshotManagedByLabel = "snapshot.storage.kubernetes.io/managed-by"
+
+var (
+	volumeSnapshots       = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshots"}
+	volumeSnapshotContent = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshotcontents"}
+)
+
+// sourceTimeout bounds the reads of a snapshot and its content. Only pods
+// restoring snapshots wait for them.
+const sourceTimeout = 5 * time.Second
+
+// sourceLocation returns where the data a claim copies lives. ok is false
+// for claims without a data source and for sources that are not
+// diskfit's to place (volume populators).
+func (pl *DiskFit) sourceLocation(ctx context.Context, pvc *v1.PersistentVolumeClaim) (loc ledger.Location, ok bool, err error) {
+	group, kind, name := dataSource(pvc)
+	switch {
+	case group == "" && kind == "PersistentVolumeClaim":
+		loc, err = pl.claimLocation(pvc.Namespace, name)
+	case group == snapshotGroup && kind == "VolumeSnapshot":
+		loc, err = pl.snapshotLocation(ctx, pvc.Namespace, name)
+	default:
+		return ledger.Location{}, false, nil
+	}
+	if err != nil {
+		return ledger.Location{}, false, fmt.Errorf("PVC %s/%s copies %s %s: %w", pvc.Namespace, pvc.Name, kind, name, err)
+	}
+	return loc, true, nil
+}
+
+// dataSource returns the claim's data source, preferring dataSourceRef,
+// which the API server keeps in step with dataSource.
+func dataSource(pvc *v1.PersistentVolumeClaim) (group, kind, name string) {
+	if ref := pvc.Spec.DataSourceRef; ref != nil {
+		if ref.APIGroup != nil {
+			group = *ref.APIGroup
+		}
+		return group, ref.Kind, ref.Name
+	}
+	if ref := pvc.Spec.DataSource; ref != nil {
+		if ref.APIGroup != nil {
+			group = *ref.APIGroup
+		}
+		return group, ref.Kind, ref.Name
+	}
+	return "", "", ""
+}
+
+// claimLocation is where the bound diskfit PVC namespace/name lives.
+func (pl *DiskFit) claimLocation(namespace, name string) (ledger.Location, error) {
+	src, err := pl.getPVC(namespace, name)
+	if err != nil {
+		return ledger.Location{}, err
+	}
+	if src.Spec.VolumeName == "" {
+		return ledger.Location{}, fmt.Errorf("the source is not bound yet")
+	}
+	pv, err := pl.pvLister.Get(src.Spec.VolumeName)
+	if err != nil {
+		return ledger.Location{}, err
+	}
+	loc, ok := ledger.PVLocation(pv)
+	if !ok {
+		return ledger.Location{}, fmt.Errorf("the source's volume %s is not a diskfit volume", pv.Name)
+	}
+	return loc, nil
+}
+
+// snapshotLocation is where the VolumeSnapshot namespace/name lives: the
+// disk in its snapshot handle ("<disk>:<key>", like volume IDs) and the
+// node snapshot-controller labelled its content with.
+func (pl *DiskFit) snapshotLocation(ctx context.Context, namespace, name string) (ledger.Location, error) {
+	if pl.snapshots == nil {
+		return ledger.Location{}, fmt.Errorf("the scheduler has no client for VolumeSnapshots")
+	}
+	ctx, cancel := context.WithTimeout(ctx, sourceTimeout)
+	defer cancel()
+	snap, err := pl.snapshots.Resource(volumeSnapshots).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ledger.Location{}, err
+	}
+	contentName, _, _ := unstructured.NestedString(snap.Object, "status", "boundVolumeSnapshotContentName")
+	if contentName == "" {
+		return ledger.Location{}, fmt.Errorf("the snapshot has no content yet")
+	}
+	content, err := pl.snapshots.Resource(volumeSnapshotContent).Get(ctx, contentName, metav1.GetOptions{})
+	if err != nil {
+		return ledger.Location{}, err
+	}
+	handle, _, _ := unstructured.NestedString(content.Object, "status", "snapshotHandle")
+	disk, _, found := strings.Cut(handle, ":")
+	if !found || v1alpha1.ValidateDiskName(disk) != nil {
+		return ledger.Location{}, fmt.Errorf("VolumeSnapshotContent %s has no diskfit snapshot handle yet (%q)", contentName, handle)
+	}
+	node := content.GetLabels()[snapshotManagedByLabel]
+	if node == "" {
+		return ledger.Location{}, fmt.Errorf("VolumeSnapshotContent %s has no %s label: snapshot-controller must run with --enable-distributed-snapshotting", contentName, snapshotManagedByLabel)
+	}
+	return ledger.Location{Node: node, Disk: disk}, nil
+}

@@ -1,0 +1,156 @@
+package diskfit
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+)
+
+// snapshot returns a VolumeSnapshot ns/name bound to a content whose handle
+// names disk, labelled with node as snapshot-controller's distributed mode
+// does ("" leaves the label out).
+func snapshot(name, node, disk string) []runtime.Object {
+	snap := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+		"metadata": map[string]interface{}{"namespace": "ns", "name": name},
+		"status":   map[string]interface{}{"boundVolumeSnapshotContentName": "content-" + name, "readyToUse": true},
+	}}
+	content := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+		"metadata": map[string]interface{}{"name": "content-" + name},
+		"status":   map[string]interface{}{"snapshotHandle": disk + ":snap-key", "readyToUse": true},
+	}}
+	if node != "" {
+		content.SetLabels(map[string]string{snapshotManagedByLabel: node})
+	}
+	return []runtime.Object{snap, content}
+}
+
+func restoring(name, snapshotName string, size int64) *v1.PersistentVolumeClaim {
+	pvc := makePVC(name, diskfitClass, size).PersistentVolumeClaim
+	ref := v1.TypedObjectReference{APIGroup: ptr.To(snapshotGroup), Kind: "VolumeSnapshot", Name: snapshotName}
+	pvc.Spec.DataSourceRef = &ref
+	pvc.Spec.DataSource = &v1.TypedLocalObjectReference{APIGroup: ref.APIGroup, Kind: ref.Kind, Name: ref.Name}
+	return pvc
+}
+
+// boundPV is a diskfit PV on node/disk bound to claim.
+func boundPV(name, claim, nodeName, disk string, size int64) *v1.PersistentVolume {
+	pv := &v1.PersistentVolume{}
+	pv.Name = name
+	pv.Spec.Capacity = v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}
+	pv.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: claim, UID: "uid-" + types.UID(claim)}
+	pv.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: diskfit.DriverName, VolumeHandle: disk + ":" + name,
+		VolumeAttributes: map[string]string{diskfit.VolumeContextDiskKey: disk}}
+	pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+		MatchExpressions: []v1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: v1.NodeSelectorOpIn, Values: []string{nodeName}}},
+	}}}}
+	pv.Spec.StorageClassName = diskfitClass
+	pv.Status.Phase = v1.VolumeBound
+	return pv
+}
+
+// TestRestoredClaimGoesToItsSnapshot checks that a claim restoring a
+// snapshot is placed on the snapshot's node and disk only, even where
+// another disk or node has more room, and that a full source disk is
+// explained in its own terms.
+func TestRestoredClaimGoesToItsSnapshot(t *testing.T) {
+	objs := append(snapshot("snap", "n1", "d0"), restoring("restore", "snap", 2*gi), makePod("p", "restore"))
+	env := newTestEnv(t, nil, objs,
+		diskNode("n1", freeDisk("d0", 3*gi), freeDisk("d1", 10*gi)),
+		diskNode("n2", freeDisk("d0", 10*gi)))
+	pod := makePod("p", "restore")
+	state := framework.NewCycleState()
+	res, status := env.pl.PreFilter(env.ctx, state, pod, nil)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	if res.AllNodes() || !res.NodeNames.Equal(sets.New("n1")) {
+		t.Fatalf("PreFilter result = %v, want only n1", res)
+	}
+	nodes := nodeInfos("n1")
+	checkStatus(t, "Filter n1", env.pl.Filter(env.ctx, state, pod, nodes[0]), wantStatus{fwk.Success, ""})
+	if status := env.pl.Reserve(env.ctx, state, pod, "n1"); !status.IsSuccess() {
+		t.Fatalf("Reserve: %v", status)
+	}
+	if disk, ok := env.pl.ledger.ReservedDisk(pod.UID, "n1", "uid-restore"); !ok || disk != "d0" {
+		t.Errorf("reserved disk = %q, %v; want d0 (the snapshot's), not the emptier d1", disk, ok)
+	}
+
+	// A second restore of 2Gi no longer fits on d0, although d1 has room.
+	pod2 := makePod("p2", "restore2")
+	if _, err := env.client.CoreV1().PersistentVolumeClaims("ns").Create(env.ctx, restoring("restore2", "snap", 2*gi), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "restore2 in the cache", func() bool { _, err := env.pl.getPVC("ns", "restore2"); return err == nil })
+	state2 := framework.NewCycleState()
+	mustPreFilter(t, env, state2, pod2, nil)
+	checkStatus(t, "Filter n1", env.pl.Filter(env.ctx, state2, pod2, nodes[0]),
+		wantStatus{fwk.UnschedulableAndUnresolvable, "node n1: disk d0 holds the source of claim ns/restore2 and has 1Gi free, the claim needs 2Gi"})
+}
+
+// TestClonedClaimGoesToItsSource checks the same for a PVC cloned from a
+// bound diskfit PVC.
+func TestClonedClaimGoesToItsSource(t *testing.T) {
+	src := makePVC("src", diskfitClass, gi).PersistentVolumeClaim
+	src.Spec.VolumeName = "pv-src"
+	clone := makePVC("clone", diskfitClass, gi).PersistentVolumeClaim
+	clone.Spec.DataSource = &v1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
+	clone.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
+	env := newTestEnv(t, nil, []runtime.Object{src, clone, boundPV("pv-src", "src", "n2", "d1", gi)},
+		diskNode("n1", freeDisk("d0", 10*gi)),
+		diskNode("n2", freeDisk("d0", 10*gi), freeDisk("d1", 5*gi)))
+	pod := makePod("p", "clone")
+	state := framework.NewCycleState()
+	res, status := env.pl.PreFilter(env.ctx, state, pod, nil)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	if res.AllNodes() || !res.NodeNames.Equal(sets.New("n2")) {
+		t.Fatalf("PreFilter result = %v, want only n2", res)
+	}
+	if status := env.pl.Reserve(env.ctx, state, pod, "n2"); !status.IsSuccess() {
+		t.Fatalf("Reserve: %v", status)
+	}
+	if disk, _ := env.pl.ledger.ReservedDisk(pod.UID, "n2", "uid-clone"); disk != "d1" {
+		t.Errorf("reserved disk = %q, want d1 (the source's)", disk)
+	}
+}
+
+// TestUnresolvableSources checks that a pod whose claim's source cannot be
+// located is rejected with the reason, instead of being placed where the
+// copy cannot be made.
+func TestUnresolvableSources(t *testing.T) {
+	unbound := makePVC("unbound-src", diskfitClass, gi).PersistentVolumeClaim
+	cloneOfUnbound := makePVC("clone", diskfitClass, gi).PersistentVolumeClaim
+	cloneOfUnbound.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "unbound-src"}
+	objs := append(snapshot("unlabelled", "", "d0"), unbound, cloneOfUnbound,
+		restoring("from-unlabelled", "unlabelled", gi), restoring("from-missing", "missing", gi))
+	objs = append(objs, snapshot("on-n1", "n1", "d0")...)
+	objs = append(objs, snapshot("on-n2", "n2", "d0")...)
+	objs = append(objs, restoring("from-n1", "on-n1", gi), restoring("from-n2", "on-n2", gi))
+	env := newTestEnv(t, nil, objs, diskNode("n1", freeDisk("d0", 10*gi)), diskNode("n2", freeDisk("d0", 10*gi)))
+	for _, tc := range []struct {
+		claims []string
+		want   string
+	}{
+		{[]string{"clone"}, "PVC ns/clone copies PersistentVolumeClaim unbound-src: the source is not bound yet"},
+		{[]string{"from-unlabelled"}, "has no snapshot.storage.kubernetes.io/managed-by label: snapshot-controller must run with --enable-distributed-snapshotting"},
+		{[]string{"from-missing"}, `PVC ns/from-missing copies VolumeSnapshot missing: volumesnapshots.snapshot.storage.k8s.io "missing" not found`},
+		{[]string{"from-n1", "from-n2"}, "the pod's claims copy data held on different nodes (n1 and n2)"},
+	} {
+		_, status := env.pl.PreFilter(env.ctx, framework.NewCycleState(), makePod("p", tc.claims...), nil)
+		checkStatus(t, "PreFilter "+tc.claims[0], status, wantStatus{fwk.UnschedulableAndUnresolvable, tc.want})
+	}
+}
