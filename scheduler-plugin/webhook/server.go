@@ -1,0 +1,299 @@
+// Package webhook is diskfit's optional mutating admission webhook. On pod
+// creation it sets spec.schedulerName to diskfit-scheduler when the pod
+// uses a diskfit volume and asked for no scheduler other than the default.
+// It never rejects a pod, and it makes and renews its own serving
+// certificate, kept in a Secret that its replicas share.
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+)
+
+// MutatePath is the path the API server posts AdmissionReviews to.
+const MutatePath = "/mutate"
+
+// maxReviewBytes bounds an AdmissionReview body; the API server's own
+// limit for a request is 3 MiB, and a review carries one object.
+const maxReviewBytes = 6 << 20
+
+// Config configures a Server.
+type Config struct {
+	// Client reads claims and classes and writes the certificate Secret
+	// and the webhook configuration's caBundle.
+	Client kubernetes.Interface
+	// Namespace holds the Secret and, with ServiceName, names the
+	// Service the API server calls.
+	Namespace string
+	// ServiceName is the webhook's Service; its DNS names go into the
+	// serving certificate. May be empty when Hosts names the server.
+	ServiceName string
+	// Hosts are further DNS names or IP addresses of the server, for the
+	// certificate.
+	Hosts []string
+	// SecretName is the Secret that holds the certificate.
+	SecretName string
+	// WebhookConfigName is the MutatingWebhookConfiguration whose caBundle
+	// is kept in sync with the Secret.
+	WebhookConfigName string
+	// Address is where the webhook serves HTTPS, e.g. ":9443".
+	Address string
+	// HealthAddress serves /healthz, /readyz and /metrics over HTTP;
+	// empty disables it.
+	HealthAddress string
+	// CertValidity is how long a new certificate is valid.
+	CertValidity time.Duration
+	// CertRenewBefore is how long before expiry a certificate is renewed.
+	CertRenewBefore time.Duration
+	// CertCheckInterval is how often the Secret is read again: to renew
+	// the certificate, to serve one another replica renewed and to put the
+	// caBundle back if it was changed.
+	CertCheckInterval time.Duration
+}
+
+// Defaults for the Config durations left zero.
+const (
+	DefaultCertValidity      = 365 * 24 * time.Hour
+	DefaultCertRenewBefore   = 30 * 24 * time.Hour
+	DefaultCertCheckInterval = time.Minute
+)
+
+// Server is the webhook: an HTTPS admission endpoint and an HTTP health
+// and metrics endpoint.
+type Server struct {
+	cfg      Config
+	informer informers.SharedInformerFactory
+	mutator  *mutator
+	certs    *certificates
+	synced   atomic.Bool
+	registry metrics.KubeRegistry
+	requests *metrics.CounterVec
+}
+
+// New validates cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("webhook: no Kubernetes client")
+	}
+	if cfg.Namespace == "" || cfg.SecretName == "" || cfg.WebhookConfigName == "" {
+		return nil, errors.New("webhook: namespace, Secret name and webhook configuration name are required")
+	}
+	if cfg.Address == "" {
+		return nil, errors.New("webhook: no address to serve on")
+	}
+	hosts := ServiceHosts(cfg.ServiceName, cfg.Namespace)
+	hosts = append(hosts, cfg.Hosts...)
+	if len(hosts) == 0 {
+		return nil, errors.New("webhook: neither a Service name nor hosts for the serving certificate")
+	}
+	if cfg.CertValidity == 0 {
+		cfg.CertValidity = DefaultCertValidity
+	}
+	if cfg.CertRenewBefore == 0 {
+		cfg.CertRenewBefore = DefaultCertRenewBefore
+	}
+	if cfg.CertCheckInterval == 0 {
+		cfg.CertCheckInterval = DefaultCertCheckInterval
+	}
+	if cfg.CertRenewBefore >= cfg.CertValidity {
+		return nil, fmt.Errorf("webhook: renewing %s before expiry needs a validity longer than %s", cfg.CertRenewBefore, cfg.CertValidity)
+	}
+	factory := informers.NewSharedInformerFactory(cfg.Client, 0)
+	s := &Server{
+		cfg:      cfg,
+		informer: factory,
+		mutator: &mutator{
+			client:  cfg.Client,
+			claims:  factory.Core().V1().PersistentVolumeClaims().Lister(),
+			classes: factory.Storage().V1().StorageClasses().Lister(),
+		},
+		certs: &certificates{
+			client:            cfg.Client,
+			namespace:         cfg.Namespace,
+			secretName:        cfg.SecretName,
+			webhookConfigName: cfg.WebhookConfigName,
+			hosts:             hosts,
+			validity:          cfg.CertValidity,
+			renewBefore:       cfg.CertRenewBefore,
+			now:               time.Now,
+		},
+		registry: metrics.NewKubeRegistry(),
+		requests: metrics.NewCounterVec(&metrics.CounterOpts{
+			Subsystem:      "diskfit_webhook",
+			Name:           "admission_requests_total",
+			Help:           "Admission requests answered, by outcome: mutated, skipped (left unchanged) or error (left unchanged after an error).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"outcome"}),
+	}
+	s.registry.MustRegister(s.requests)
+	return s, nil
+}
+
+// ServiceHosts are the DNS names of a Service in a cluster with the default
+// cluster domain; none without a service name.
+func ServiceHosts(service, namespace string) []string {
+	if service == "" {
+		return nil
+	}
+	return []string{
+		service + "." + namespace + ".svc",
+		service + "." + namespace + ".svc.cluster.local",
+		service + "." + namespace,
+		service,
+	}
+}
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Address)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.Address, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves the webhook on ln, and health and metrics on
+// Config.HealthAddress, until ctx ends. It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		s.informer.Shutdown()
+		wg.Wait()
+	}()
+
+	s.informer.Core().V1().PersistentVolumeClaims().Informer()
+	s.informer.Storage().V1().StorageClasses().Informer()
+	s.informer.Start(ctx.Done())
+	wg.Go(func() {
+		for typ, ok := range s.informer.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				logger.Info("Informer cache did not sync", "type", typ)
+				return
+			}
+		}
+		s.synced.Store(true)
+	})
+	wg.Go(func() { s.certs.run(ctx, s.cfg.CertCheckInterval) })
+
+	servers := []*http.Server{{
+		Handler:           s.Handler(),
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.certs.getCertificate},
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}}
+	errs := make(chan error, 2)
+	go func() { errs <- servers[0].ServeTLS(ln, "", "") }()
+	logger.Info("Serving the webhook", "address", ln.Addr().String())
+	if s.cfg.HealthAddress != "" {
+		healthLn, err := net.Listen("tcp", s.cfg.HealthAddress)
+		if err != nil {
+			_ = servers[0].Close()
+			return fmt.Errorf("listening on %s: %w", s.cfg.HealthAddress, err)
+		}
+		health := &http.Server{Handler: s.HealthHandler(), ReadHeaderTimeout: 10 * time.Second}
+		servers = append(servers, health)
+		go func() { errs <- health.Serve(healthLn) }()
+		logger.Info("Serving health and metrics", "address", healthLn.Addr().String())
+	}
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer done()
+	for _, srv := range servers {
+		_ = srv.Shutdown(shutdownCtx)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Ready reports whether the webhook can answer: its caches have synced and
+// it has a serving certificate.
+func (s *Server) Ready() bool { return s.synced.Load() && s.certs.loaded() }
+
+// Handler serves MutatePath.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(MutatePath, s.serveMutate)
+	return mux
+}
+
+// HealthHandler serves /healthz (the process answers), /readyz (Ready) and
+// /metrics.
+func (s *Server) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Ready() {
+			http.Error(w, "caches not synced or no serving certificate yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("/metrics", metrics.HandlerFor(s.registry, metrics.HandlerOpts{}))
+	return mux
+}
+
+// serveMutate answers an AdmissionReview. A request that is not one gets
+// 400; every review gets an allowed response.
+func (s *Server) serveMutate(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "only POST", http.StatusMethodNotAllowed)
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		http.Error(w, "Content-Type must be application/json", http.StatusUnsupportedMediaType)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxReviewBytes))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("reading the request: %v", err), http.StatusBadRequest)
+		return
+	}
+	review := &admissionv1.AdmissionReview{}
+	if err := json.Unmarshal(body, review); err != nil {
+		http.Error(w, fmt.Sprintf("decoding the AdmissionReview: %v", err), http.StatusBadRequest)
+		return
+	}
+	gvk := admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
+	if review.GroupVersionKind() != gvk {
+		http.Error(w, fmt.Sprintf("expected %s, got %s", gvk, review.GroupVersionKind()), http.StatusBadRequest)
+		return
+	}
+	if review.Request == nil {
+		http.Error(w, "AdmissionReview without a request", http.StatusBadRequest)
+		return
+	}
+	resp, outcome := s.mutator.admit(r.Context(), review.Request)
+	s.requests.WithLabelValues(outcome).Inc()
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}); err != nil {
+		klog.FromContext(r.Context()).Error(err, "Writing an admission response")
+	}
+}
