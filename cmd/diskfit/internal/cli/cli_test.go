@@ -23,13 +23,19 @@ var testNow = time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC)
 // to the Kubernetes one) and returns stdout, stderr and the error.
 func runCommand(t *testing.T, namespace string, kubeObjs, diskfitObjs []runtime.Object, args ...string) (string, string, error) {
 	t.Helper()
+	return runCommandWithInput(t, "", namespace, kubeObjs, diskfitObjs, args...)
+}
+
+// runCommandWithInput is runCommand with stdin.
+func runCommandWithInput(t *testing.T, stdin, namespace string, kubeObjs, diskfitObjs []runtime.Object, args ...string) (string, string, error) {
+	t.Helper()
 	clients := &Clients{
 		Kube:      kubefake.NewClientset(kubeObjs...),
 		DiskFit:   dffake.NewSimpleClientset(diskfitObjs...),
 		Namespace: namespace,
 	}
 	var out, errOut bytes.Buffer
-	cmd := newRootCommand(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut}, deps{
+	cmd := newRootCommand(genericiooptions.IOStreams{In: bytes.NewBufferString(stdin), Out: &out, ErrOut: &errOut}, deps{
 		clients: func() (*Clients, error) { return clients, nil },
 		now:     func() time.Time { return testNow },
 	})

@@ -49,14 +49,16 @@ func newRootCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
 		Short: "Show how diskfit places local-disk volumes",
 		Long: "diskfit shows the disks diskfit manages on each node and why pods " +
 			"that use them are placed where they are, or not at all.",
-		SilenceUsage:  true,
-		SilenceErrors: false,
+		SilenceUsage: true,
+		// main prints errors, except simulate's "does not fit" answer.
+		SilenceErrors: true,
 	}
 	cmd.SetIn(streams.In)
 	cmd.SetOut(streams.Out)
 	cmd.SetErr(streams.ErrOut)
 	cmd.AddCommand(newStatusCommand(streams, d))
 	cmd.AddCommand(newExplainCommand(streams, d))
+	cmd.AddCommand(newSimulateCommand(streams, d))
 	return cmd
 }
 

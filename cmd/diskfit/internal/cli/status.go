@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"sigs.k8s.io/yaml"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
@@ -100,11 +98,7 @@ func newStatusCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command
 }
 
 func (o *statusOptions) validate() error {
-	switch o.output {
-	case "", "json", "yaml":
-		return nil
-	}
-	return fmt.Errorf("unknown output format %q: use json or yaml", o.output)
+	return checkOutputFormat(o.output)
 }
 
 func (o *statusOptions) run(ctx context.Context, c *Clients, streams genericiooptions.IOStreams) error {
@@ -125,21 +119,8 @@ func (o *statusOptions) run(ctx context.Context, c *Clients, streams genericioop
 		}
 	}
 	report := NewStatusReport(items)
-	switch o.output {
-	case "json":
-		raw, err := json.MarshalIndent(report, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encoding JSON: %w", err)
-		}
-		_, err = fmt.Fprintf(streams.Out, "%s\n", raw)
-		return err
-	case "yaml":
-		raw, err := yaml.Marshal(report)
-		if err != nil {
-			return fmt.Errorf("encoding YAML: %w", err)
-		}
-		_, err = streams.Out.Write(raw)
-		return err
+	if o.output != "" {
+		return printEncoded(streams.Out, o.output, report)
 	}
 	if len(report.Nodes) == 0 {
 		_, err := fmt.Fprintln(streams.ErrOut, "No DiskNodes found: the diskfit node plugin has not reported any node.")
