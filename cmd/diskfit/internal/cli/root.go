@@ -47,8 +47,9 @@ func newRootCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "diskfit",
 		Short: "Show how diskfit places local-disk volumes",
-		Long: "diskfit shows the disks diskfit manages on each node and why pods " +
-			"that use them are placed where they are, or not at all.",
+		Long: "diskfit shows the disks diskfit manages on each node, why pods " +
+			"that use them are placed where they are, or not at all, and whether " +
+			"a workload would fit before it is created.",
 		SilenceUsage: true,
 		// main prints errors, except simulate's "does not fit" answer.
 		SilenceErrors: true,
