@@ -133,15 +133,13 @@ func (cl *clusterState) plan(w *workload, r replica) (*plannedReplica, error) {
 		}
 		row := ClaimReport{Name: pvc.Name, SizeBytes: ledger.ClaimSize(pvc), Existing: existing}
 		if existing {
-			if loc, placed, reason := cl.existingLocation(pvc); placed {
-				row.Disk = loc.Disk
+			loc, placed, reason := cl.existingLocation(pvc)
+			if placed || reason != "" {
 				row.StorageClass = storagehelpers.GetPersistentVolumeClaimClass(pvc)
-				p.addPin(loc.Node, pvc.Name)
-				p.report.Claims = append(p.report.Claims, row)
-				continue
-			} else if reason != "" {
-				row.StorageClass = storagehelpers.GetPersistentVolumeClaimClass(pvc)
-				row.Skipped = reason
+				row.Disk, row.Skipped = loc.Disk, reason
+				if placed {
+					p.addPin(loc.Node, pvc.Name)
+				}
 				p.report.Claims = append(p.report.Claims, row)
 				continue
 			}

@@ -360,6 +360,46 @@ fits: 4/5 replicas
 			wantExit:   1,
 		},
 		{
+			name: "existing claims tie a replica to their node",
+			kubeObjs: func() []runtime.Object {
+				objs := statefulSetCluster()
+				for _, o := range objs {
+					if n, ok := o.(*corev1.Node); ok && n.Name == "node-b" {
+						n.Spec.Unschedulable = true
+					}
+				}
+				// web-1's data claim is placed but not provisioned yet;
+				// its log claim exists but was never placed.
+				return append(objs,
+					makePVC("data-web-1", "diskfit-ssd", "2Gi", map[string]string{
+						diskfit.SelectedNodeAnnotation: "node-b", diskfit.SelectedDiskAnnotation: "ssd0"}),
+					makePVC("log-web-1", "diskfit", "1Gi", nil))
+			}(),
+			diskfitObjs: disks(),
+			args:        []string{"simulate", "-f", stsFile, "--replicas", "2"},
+			wantOut: `StatefulSet shop/web, 2 replica(s), strategy MostAllocated
+
+REPLICA  NODE  CLAIM       CLASS        SIZE   DISK
+web-0    -     data-web-0  diskfit-ssd  2Gi    ssd1 (existing)
+               log-web-0   diskfit      512Mi  -
+web-1    -     data-web-1  diskfit-ssd  2Gi    ssd0 (existing)
+               log-web-1   diskfit      1Gi    -
+
+web-0 does not fit:
+  node-a: volume node affinity conflict: claim data-web-0 is on node node-b
+  node-b: cordoned
+
+web-1 does not fit:
+  node-a: volume node affinity conflict: claim data-web-1 is on node node-b
+  node-b: cordoned
+
+fits: 0/2 replicas
+`,
+			wantErrOut: "Ignoring Service web: simulate reads StatefulSets and PersistentVolumeClaims.\n",
+			wantErr:    ErrDoesNotFit.Error(),
+			wantExit:   1,
+		},
+		{
 			name: "PersistentVolumeClaims from stdin, one of another provisioner",
 			stdin: `apiVersion: v1
 kind: List
