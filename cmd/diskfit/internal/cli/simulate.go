@@ -221,7 +221,7 @@ func (o *simulateOptions) run(ctx context.Context, c *Clients, opts packing.Opti
 	for _, doc := range w.ignored {
 		fmt.Fprintf(streams.ErrOut, "Ignoring %s: simulate reads StatefulSets and PersistentVolumeClaims.\n", doc)
 	}
-	report, err := Simulate(ctx, c, w, opts, o.now())
+	report, err := simulate(ctx, c, w, opts, o.now())
 	if err != nil {
 		return err
 	}
@@ -239,9 +239,9 @@ func (o *simulateOptions) run(ctx context.Context, c *Clients, opts packing.Opti
 	return nil
 }
 
-// Simulate places the workload's replicas on the cluster the clients
+// simulate places the workload's replicas on the cluster the clients
 // reach, one after another, as diskfit-scheduler would now.
-func Simulate(ctx context.Context, c *Clients, w *workload, opts packing.Options, now time.Time) (SimulateReport, error) {
+func simulate(ctx context.Context, c *Clients, w *workload, opts packing.Options, now time.Time) (SimulateReport, error) {
 	report := SimulateReport{
 		SchemaVersion: SimulateSchemaVersion,
 		Workload:      SimulatedWorkload{Kind: w.kind, Namespace: w.namespace, Name: w.name, SchedulerName: w.schedulerName},
