@@ -71,7 +71,7 @@ func Explain(disks []Disk, claims []Claim) string {
 	b.WriteString(" do not fit together on disks ")
 	n := 0
 	for di := range disks {
-		if !disks[di].Healthy {
+		if !anyAllows(claims, &disks[di]) {
 			continue
 		}
 		if n > 0 {
@@ -100,4 +100,14 @@ func FormatBytes(n int64) string {
 		return strconv.FormatFloat(float64(n)/float64(u.size), 'f', 1, 64) + u.suffix
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// anyAllows reports whether some claim may be placed on d.
+func anyAllows(claims []Claim, d *Disk) bool {
+	for ci := range claims {
+		if claims[ci].allows(d) {
+			return true
+		}
+	}
+	return false
 }

@@ -357,6 +357,12 @@ func TestExplain(t *testing.T) {
 			want:   "disk b holds the source of claim ns/r and has 1Gi free, the claim needs 2Gi",
 		},
 		{
+			name:   "copies that do not fit together name only their source's disk",
+			disks:  []Disk{disk("a", 10*gi), disk("b", 3*gi)},
+			claims: []Claim{{Key: "r", Name: "ns/r", Size: 2 * gi, Disk: "b"}, {Key: "c", Name: "ns/c", Size: 2 * gi, Disk: "b"}},
+			want:   "claims 2Gi+2Gi do not fit together on disks b (3Gi free)",
+		},
+		{
 			name:   "claims that fit alone but not together",
 			disks:  []Disk{disk("a", 4*gi), disk("b", 2*gi)},
 			claims: claims(3*gi, 3*gi),
