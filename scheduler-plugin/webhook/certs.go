@@ -266,7 +266,10 @@ func sign(template, parent *x509.Certificate, key, parentKey *ecdsa.PrivateKey) 
 }
 
 // publishCABundle sets the caBundle of every webhook in the
-// MutatingWebhookConfiguration to bundle.
+// MutatingWebhookConfiguration to bundle. A replica that read the Secret
+// just before another renewed it may write the older bundle after the
+// renewer wrote the newer one; its next sync, which reads the renewed
+// Secret, writes the newer bundle again.
 func (c *certificates) publishCABundle(ctx context.Context, bundle []byte) error {
 	configs := c.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
