@@ -56,13 +56,14 @@ type DiskFit struct {
 	pvcLister  corelisters.PersistentVolumeClaimLister
 	pvcIndexer cache.Indexer
 	pvLister   corelisters.PersistentVolumeLister
+	nodeLister corelisters.NodeLister
 	scLister   storagelisters.StorageClassLister
 	// snapshots reads VolumeSnapshots and their contents (source.go).
 	snapshots dynamic.Interface
-	opts       packing.Options
-	weigh      packing.Weigher
-	maxAge     time.Duration
-	now        func() time.Time
+	opts      packing.Options
+	weigh     packing.Weigher
+	maxAge    time.Duration
+	now       func() time.Time
 	// noClaims is the shared, never modified state of pods without
 	// diskfit claims.
 	noClaims *stateData
@@ -181,7 +182,7 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	}
 	// The decorator must be in place before the first Reserve; plugins are
 	// built before scheduling starts.
-	vb.Binder = &diskBinder{SchedulerVolumeBinder: binder, ledger: pl.ledger}
+	vb.Binder = &diskBinder{SchedulerVolumeBinder: binder, ledger: pl.ledger, recorder: h.EventRecorder()}
 	registerMetrics()
 
 	if err := pl.watchVolumes(h); err != nil {
@@ -196,6 +197,9 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		if err != nil {
 			return nil, fmt.Errorf("building DiskNode client: %w", err)
 		}
+	}
+	if err := pl.watchNodeLoss(ctx, h); err != nil {
+		return nil, err
 	}
 	if pl.snapshots == nil && h.KubeConfig() != nil {
 		if pl.snapshots, err = dynamic.NewForConfig(h.KubeConfig()); err != nil {

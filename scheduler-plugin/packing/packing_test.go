@@ -72,8 +72,8 @@ func TestPack(t *testing.T) {
 			wantFit: false,
 		},
 		{
-			name:     "other claims make room for a copy on its source's disk",
-			disks:    []Disk{disk("a", 3*gi), disk("b", 3*gi)},
+			name:  "other claims make room for a copy on its source's disk",
+			disks: []Disk{disk("a", 3*gi), disk("b", 3*gi)},
 			// Sorted order: the unpinned claim comes first and takes disk a
 			// greedily; the exhaustive search moves it.
 			claims:   []Claim{{Key: "o", Name: "ns/o", Size: 2 * gi}, {Key: "r", Name: "ns/r", Size: 2 * gi, Disk: "a"}},

@@ -19,6 +19,13 @@ const (
 	// It is written in the same update that sets SelectedNodeAnnotation.
 	SelectedDiskAnnotation = "diskfit.io/selected-disk"
 
+	// ReleaseOnNodeDeletionAnnotation on a PVC (value "true") lets
+	// diskfit-scheduler delete the claim when the Node its volume lives on
+	// is deleted, so that a StatefulSet recreates it and its pod elsewhere.
+	// The data is lost with the node; without the annotation the claim
+	// stays and its pod waits for the node.
+	ReleaseOnNodeDeletionAnnotation = "diskfit.io/release-on-node-deletion"
+
 	// DeviceClassParameter is the optional StorageClass parameter that
 	// restricts a volume to disks of one deviceClass.
 	DeviceClassParameter = "diskfit.io/device-class"
