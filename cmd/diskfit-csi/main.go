@@ -24,6 +24,7 @@ import (
 	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
 	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/driver"
+	"github.com/diskfit/diskfit/csi-driver/fault"
 	"github.com/diskfit/diskfit/csi-driver/kube"
 )
 
@@ -74,6 +75,14 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	// Crash tests only: see package fault.
+	faults, err := fault.FromEnv()
+	if err != nil {
+		return err
+	}
+	if faults != nil {
+		klog.FromContext(ctx).Info("WARNING: test-only fault injection is on, the driver will kill itself", "env", fault.EnvVar, "step", faults.Step())
+	}
 	nodeCfg, err := config.Load(o.configPath)
 	if err != nil {
 		return err
@@ -99,6 +108,7 @@ func run(ctx context.Context, o options) error {
 		StatusInterval: o.resync,
 		PVCs:           kube.PVCGetter{Client: kc},
 		Status:         kube.DiskNodePublisher{Kube: kc, DiskFit: dc, NodeName: o.nodeID},
+		Faults:         faults,
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/diskfit/diskfit/csi-driver/fault"
 )
 
 func TestRunRejectsBadStart(t *testing.T) {
@@ -27,16 +29,19 @@ current-context: c
 	tests := []struct {
 		name    string
 		opts    options
+		killAt  string
 		wantErr string
 	}{
 		{name: "missing config", opts: options{configPath: filepath.Join(dir, "nope.yaml")}, wantErr: "reading node config"},
 		{name: "bad config", opts: options{configPath: kubeconfig}, wantErr: "unknown field"},
 		{name: "outside a cluster without kubeconfig", opts: options{configPath: cfg}, wantErr: "pass --kubeconfig"},
 		{name: "no node ID", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", kubeletDir: dir, resync: 1}, wantErr: "node ID is required"},
+		{name: "unknown fault step", opts: options{configPath: cfg}, killAt: "CreateVolume/nowhere", wantErr: "names no step"},
 		{name: "relative kubelet dir", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: "var/lib/kubelet", resync: 1}, wantErr: "not absolute"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(fault.EnvVar, tt.killAt)
 			if tt.opts.kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
 				t.Skip("runs inside a cluster, where the in-cluster config exists")
 			}

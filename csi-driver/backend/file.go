@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/fault"
 	"github.com/diskfit/diskfit/csi-driver/loop"
 )
 
@@ -29,16 +30,6 @@ const (
 	tmpInfix        = ".tmp-"
 )
 
-// Hooks let tests stop a backend between steps, e.g. to kill the process
-// after the intent record is written and before space is allocated.
-type Hooks struct {
-	// AfterIntent runs after a volume's "creating" record is durable.
-	AfterIntent func(key string)
-	// AfterAllocate runs after the data file is allocated, before the
-	// record says "ready".
-	AfterAllocate func(key string)
-}
-
 // File keeps each volume as a preallocated file on a mounted filesystem,
 // attached to a loop device. Next to every data file is a small JSON record
 // written atomically before the data file exists, so a crash at any point
@@ -46,7 +37,8 @@ type Hooks struct {
 type File struct {
 	path     string
 	reserved int64
-	hooks    Hooks
+	// faults stops the process between steps in crash tests; nil otherwise.
+	faults *fault.Injector
 
 	volumes   string
 	snapshots string
@@ -59,13 +51,13 @@ type File struct {
 var _ Backend = &File{}
 
 // NewFile returns a file backend for the filesystem mounted at path that
-// keeps reserved bytes free.
-func NewFile(path string, reserved int64, hooks Hooks) *File {
+// keeps reserved bytes free. faults is nil outside crash tests.
+func NewFile(path string, reserved int64, faults *fault.Injector) *File {
 	dir := filepath.Join(path, stateDirName)
 	return &File{
 		path:      path,
 		reserved:  reserved,
-		hooks:     hooks,
+		faults:    faults,
 		volumes:   filepath.Join(dir, volumesDirName),
 		snapshots: filepath.Join(dir, snapshotDirName),
 	}
@@ -150,19 +142,41 @@ func (f *File) recover(ctx context.Context, dir string) error {
 			continue
 		}
 		var rec struct {
-			State State `json:"state"`
+			State     State `json:"state"`
+			SizeBytes int64 `json:"sizeBytes"`
 		}
 		if err := readJSON(filepath.Join(dir, name), &rec); err != nil {
 			// Only an intent record can be torn (its directory entry is not
 			// synced, see CreateVolume); a ready record never is.
 			logger.Info("Unreadable record, treating it as unfinished", "record", filepath.Join(dir, name), "err", err.Error())
 		} else if rec.State == StateReady {
+			if err := cutBack(ctx, filepath.Join(dir, key+dataSuffix), rec.SizeBytes); err != nil {
+				return err
+			}
 			continue
 		}
 		logger.Info("Rolling back interrupted operation", "record", filepath.Join(dir, name), "state", rec.State)
 		if err := f.removePair(ctx, dir, key); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// cutBack truncates a data file larger than its record to the recorded
+// size. Only an expansion interrupted between growing the file and
+// recording the new size leaves one; its loop device, if attached, was
+// never refreshed past the recorded size, so nothing has used the extra
+// space, and giving it back keeps the disk's free space what the records
+// say. A retried expansion grows the file again.
+func cutBack(ctx context.Context, path string, size int64) error {
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Size() <= size {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Cutting back a data file grown by an interrupted expansion", "file", path, "from", st.Size(), "to", size)
+	if err := os.Truncate(path, size); err != nil {
+		return fmt.Errorf("cutting %s back to %d bytes: %w", path, size, err)
 	}
 	return nil
 }
@@ -238,33 +252,34 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	// loses it, the data file is left without a record, and Start removes
 	// such files. The "ready" record below is fully synced before success
 	// is reported.
-	if err := writeJSONAtomic(meta, vol, false); err != nil {
+	if err := f.writeJSONAtomic(meta, vol, false, fault.CreateVolumeIntentTempWritten); err != nil {
 		return nil, err
 	}
-	if f.hooks.AfterIntent != nil {
-		f.hooks.AfterIntent(req.Key)
-	}
+	f.faults.Reach(fault.CreateVolumeIntentRecorded)
 	if err := makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes); err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
 		return nil, err
 	}
-	if f.hooks.AfterAllocate != nil {
-		f.hooks.AfterAllocate(req.Key)
-	}
+	f.faults.Reach(fault.CreateVolumeDataAllocated)
 	vol.State = StateReady
-	if err := writeJSONAtomic(meta, vol, true); err != nil {
+	if err := f.writeJSONAtomic(meta, vol, true, fault.CreateVolumeReadyTempWritten); err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
 		return nil, err
 	}
+	f.faults.Reach(fault.CreateVolumeReadyRecorded)
 	return vol, nil
 }
 
-// makeDataFile creates path with size bytes really allocated, as a reflink
-// copy of source when source is set.
+// makeDataFile creates path as a reflink copy of source when source is set,
+// and with size bytes really allocated when size is positive. A snapshot
+// passes 0: it is never written, so only the extents it shares with its
+// volume hold data, and allocating the rest (the parts of the volume never
+// written, which a reflink copy leaves as holes) would cost a snapshot of
+// a fresh volume the volume's whole size.
 func makeDataFile(path, source string, size int64) error {
 	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -282,8 +297,10 @@ func makeDataFile(path, source string, size int64) error {
 			return fmt.Errorf("reflink copy of %s: %w", source, err)
 		}
 	}
-	if err := allocate(out, size); err != nil {
-		return err
+	if size > 0 {
+		if err := allocate(out, size); err != nil {
+			return err
+		}
 	}
 	if err := out.Sync(); err != nil {
 		return fmt.Errorf("syncing data file: %w", err)
@@ -317,21 +334,26 @@ func (f *File) DeleteVolume(ctx context.Context, key string) error {
 	if len(devs) > 0 {
 		return fmt.Errorf("%w: attached to %s", ErrInUse, strings.Join(devs, ", "))
 	}
-	return f.removeRecordFirst(f.volumes, key)
+	return f.removeRecordFirst(f.volumes, key, fault.DeleteVolumeRecordRemoved, fault.DeleteVolumeDataRemoved)
 }
 
 // removeRecordFirst deletes a volume or snapshot: the record goes first
 // (synced), then the data. A crash in between leaves a data file without a
 // record, which Start removes; it never leaves a record claiming data that
 // is gone.
-func (f *File) removeRecordFirst(dir, key string) error {
+func (f *File) removeRecordFirst(dir, key string, recordRemoved, dataRemoved fault.Step) error {
 	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
 		return err
 	}
 	if err := syncDir(dir); err != nil {
 		return err
 	}
-	return removeFile(filepath.Join(dir, key+dataSuffix))
+	f.faults.Reach(recordRemoved)
+	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
+		return err
+	}
+	f.faults.Reach(dataRemoved)
+	return nil
 }
 
 // removePair removes a data file and then its record, so that a record
@@ -427,10 +449,12 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 	if err != nil {
 		return nil, err
 	}
+	f.faults.Reach(fault.NodeExpandVolumeDataAllocated)
 	vol.SizeBytes = size
-	if err := writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol, true); err != nil {
+	if err := f.writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol, true, fault.NodeExpandVolumeRecordTempWritten); err != nil {
 		return nil, err
 	}
+	f.faults.Reach(fault.NodeExpandVolumeRecorded)
 	return vol, f.refreshLoop(ctx, key, size)
 }
 
@@ -548,17 +572,20 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	if err := f.removePair(ctx, f.snapshots, key); err != nil {
 		return nil, err
 	}
-	if err := writeJSONAtomic(meta, snap, false); err != nil {
+	if err := f.writeJSONAtomic(meta, snap, false, fault.CreateSnapshotIntentTempWritten); err != nil {
 		return nil, err
 	}
-	err = makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), src.SizeBytes)
+	f.faults.Reach(fault.CreateSnapshotIntentRecorded)
+	err = makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), 0)
 	if err == nil {
+		f.faults.Reach(fault.CreateSnapshotDataCloned)
 		snap.State = StateReady
-		err = writeJSONAtomic(meta, snap, true)
+		err = f.writeJSONAtomic(meta, snap, true, fault.CreateSnapshotReadyTempWritten)
 	}
 	if err != nil {
 		return nil, errors.Join(err, f.removePair(ctx, f.snapshots, key))
 	}
+	f.faults.Reach(fault.CreateSnapshotReadyRecorded)
 	return snap, nil
 }
 
@@ -568,7 +595,7 @@ func (f *File) DeleteSnapshot(ctx context.Context, key string) error {
 	if err := f.Health(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnhealthy, err)
 	}
-	return f.removeRecordFirst(f.snapshots, key)
+	return f.removeRecordFirst(f.snapshots, key, fault.DeleteSnapshotRecordRemoved, fault.DeleteSnapshotDataRemoved)
 }
 
 // GetSnapshot implements Backend; see GetVolume for an unhealthy disk.
@@ -653,8 +680,9 @@ func readJSON(path string, v any) error {
 // writeJSONAtomic replaces path with v's JSON: write a temporary file, fsync
 // it and rename it over path, so readers (and a restarted driver) see the
 // old record or the new one, never a torn one. With durable set the
-// directory is synced too, so the new record survives a crash.
-func writeJSONAtomic(path string, v any, durable bool) error {
+// directory is synced too, so the new record survives a crash. tempWritten
+// is the crash-test step between the synced temporary file and the rename.
+func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fault.Step) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding record: %w", err)
@@ -676,6 +704,7 @@ func writeJSONAtomic(path string, v any, durable bool) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("writing record: %w", err)
 	}
+	f.faults.Reach(tempWritten)
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("renaming record: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/diskfit/diskfit/csi-driver/fault"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 	"github.com/diskfit/diskfit/csi-driver/loop"
 )
@@ -58,7 +59,7 @@ func newFile(t *testing.T, fsType string, size, reserved int64) (*File, string) 
 	t.Helper()
 	testdisk.Require(t)
 	p := testdisk.New(t, fsType, size)
-	f := NewFile(p, reserved, Hooks{})
+	f := NewFile(p, reserved, nil)
 	if err := f.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestFileFinishesInterruptedExpand(t *testing.T) {
 		}
 		testdisk.Run(t, "fallocate", "-l", fmt.Sprint(tt.size), f.volumeFile("v"))
 		vol.SizeBytes = tt.size
-		if err := writeJSONAtomic(filepath.Join(f.volumes, "v"+metaSuffix), vol, true); err != nil {
+		if err := f.writeJSONAtomic(filepath.Join(f.volumes, "v"+metaSuffix), vol, true, fault.Step{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := tt.redo(); err != nil {
@@ -275,7 +276,7 @@ func TestFileRecovery(t *testing.T) {
 	if _, err := f.GetVolume(ctx, "creating"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a volume still being created is visible: %v", err)
 	}
-	restarted := NewFile(p, 0, Hooks{})
+	restarted := NewFile(p, 0, nil)
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +319,7 @@ func TestFileHealthAfterUnmount(t *testing.T) {
 func TestFileRefusesUnmountedPath(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	f := NewFile(dir, 0, Hooks{})
+	f := NewFile(dir, 0, nil)
 	if err := f.Start(ctx); err == nil || !strings.Contains(err.Error(), "is the disk mounted?") {
 		t.Fatalf("start on a plain directory: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/backend"
+	"github.com/diskfit/diskfit/csi-driver/fault"
 )
 
 func TestCreateVolumeBadInput(t *testing.T) {
@@ -163,7 +164,7 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 // check and before fallocate, so fallocate really fails with ENOSPC.
 func TestCreateVolumeDiskFillsDuringFallocate(t *testing.T) {
 	var e *env
-	hooks := &backend.Hooks{AfterIntent: func(string) {
+	fill := fault.At(fault.CreateVolumeIntentRecorded, func() {
 		// Take nearly all free space with a file outside diskfit's dirs.
 		var st unix.Statfs_t
 		if err := unix.Statfs(e.paths["only"], &st); err != nil {
@@ -179,8 +180,8 @@ func TestCreateVolumeDiskFillsDuringFallocate(t *testing.T) {
 		if err := unix.Fallocate(fd, 0, 0, int64(st.Bavail)*st.Frsize-8*mi); err != nil {
 			t.Error(err)
 		}
-	}}
-	e = newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: gi}}, hooks)
+	})
+	e = newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: gi}}, fill)
 	_, err := e.d.CreateVolume(e.ctx, createReq("pvc-full", 400*mi))
 	wantCode(t, err, codes.ResourceExhausted)
 	msg := status.Convert(err).Message()

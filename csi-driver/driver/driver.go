@@ -30,6 +30,7 @@ import (
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 	"github.com/diskfit/diskfit/csi-driver/config"
+	"github.com/diskfit/diskfit/csi-driver/fault"
 )
 
 // Version is the driver version reported by GetPluginInfo.
@@ -65,9 +66,9 @@ type Config struct {
 	PVCs PVCGetter
 	// Status publishes the DiskNode; nil means nothing is published.
 	Status StatusPublisher
-	// Hooks are passed to the file backends; tests use them to crash the
-	// driver at chosen points.
-	Hooks backend.Hooks
+	// Faults stops the driver at a step of an operation, for crash tests
+	// (see package fault); nil otherwise.
+	Faults *fault.Injector
 	// LVMRunner runs lvm2 commands; nil means ExecRunner.
 	LVMRunner backend.Runner
 	// DeviceMapperControl overrides backend.DeviceMapperControl in tests.
@@ -161,7 +162,7 @@ func New(cfg Config) (*Driver, error) {
 			}
 			b = l
 		default:
-			b = backend.NewFile(dc.Path, dc.ReservedBytes(), cfg.Hooks)
+			b = backend.NewFile(dc.Path, dc.ReservedBytes(), cfg.Faults)
 		}
 		dk := &disk{name: dc.Name, deviceClass: dc.DeviceClass, backend: b}
 		d.disks = append(d.disks, dk)

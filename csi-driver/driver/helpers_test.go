@@ -17,9 +17,9 @@ import (
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
-	"github.com/diskfit/diskfit/csi-driver/backend"
 	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
 	"github.com/diskfit/diskfit/csi-driver/config"
+	"github.com/diskfit/diskfit/csi-driver/fault"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 	"github.com/diskfit/diskfit/csi-driver/kube"
 )
@@ -46,18 +46,18 @@ type env struct {
 	diskfit *dffake.Clientset
 }
 
-// newEnv starts a driver on fresh disks. hooks may be nil.
-func newEnv(t testing.TB, disks []testDisk, hooks *backend.Hooks) *env {
+// newEnv starts a driver on fresh disks. faults may be nil.
+func newEnv(t testing.TB, disks []testDisk, faults *fault.Injector) *env {
 	t.Helper()
 	testdisk.Require(t)
 	_, ctx := ktesting.NewTestContext(t)
-	return newEnvContext(t, ctx, disks, hooks)
+	return newEnvContext(t, ctx, disks, faults)
 }
 
 // newEnvContext is newEnv with the context the driver runs and logs with.
 // Fuzz targets need one not bound to the *testing.F, whose methods must
 // not be called while the fuzz function runs.
-func newEnvContext(t testing.TB, ctx context.Context, disks []testDisk, hooks *backend.Hooks) *env {
+func newEnvContext(t testing.TB, ctx context.Context, disks []testDisk, faults *fault.Injector) *env {
 	t.Helper()
 	testdisk.Require(t)
 	e := &env{ctx: ctx, paths: map[string]string{}}
@@ -74,9 +74,7 @@ func newEnvContext(t testing.TB, ctx context.Context, disks []testDisk, hooks *b
 		Endpoint: "unix:///unused", NodeID: testNode, Node: cfg, KubeletDir: e.kubelet, StatusInterval: time.Hour,
 		PVCs:   kube.PVCGetter{Client: e.kube},
 		Status: kube.DiskNodePublisher{Kube: e.kube, DiskFit: e.diskfit, NodeName: testNode},
-	}
-	if hooks != nil {
-		c.Hooks = *hooks
+		Faults: faults,
 	}
 	d, err := New(c)
 	if err != nil {
@@ -166,3 +164,14 @@ func wantCode(t *testing.T, err error, want codes.Code) {
 
 // execOutput runs a command for a test.
 var execOutput = testdisk.Output
+
+// newDriverOn starts another driver on e's disks, as after a restart.
+func newDriverOn(t *testing.T, e *env) *Driver {
+	t.Helper()
+	d, err := New(e.d.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Start(e.ctx)
+	return d
+}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/mount-utils"
 
 	"github.com/diskfit/diskfit/csi-driver/backend"
+	"github.com/diskfit/diskfit/csi-driver/fault"
 )
 
 var _ csi.NodeServer = &Driver{}
@@ -559,6 +560,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if vol, err = d.growVolume(ctx, dk, req.GetVolumeId(), vol, size); err != nil {
 		return nil, err
 	}
+	d.cfg.Faults.Reach(fault.NodeExpandVolumeDeviceRefreshed)
 	if block {
 		return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
 	}
@@ -574,6 +576,7 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 		return nil, status.Errorf(codes.Internal, "growing %s filesystem on %s: %v", format, dev, err)
 	}
 	klog.FromContext(ctx).Info("Grew filesystem", "volume", req.GetVolumeId(), "fsType", format, "bytes", vol.SizeBytes)
+	d.cfg.Faults.Reach(fault.NodeExpandVolumeFilesystemGrown)
 	return &csi.NodeExpandVolumeResponse{CapacityBytes: vol.SizeBytes}, nil
 }
 
