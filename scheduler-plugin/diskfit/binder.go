@@ -1,13 +1,17 @@
 package diskfit
 
 import (
+	"context"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
 // diskBinder decorates VolumeBinding's Binder. AssumePodVolumes is where
@@ -19,7 +23,14 @@ import (
 type diskBinder struct {
 	volumebinding.SchedulerVolumeBinder
 	ledger *ledger.Ledger
+	// recorder is the profile's event recorder; nil (a framework built
+	// without one, as in simulations) records nothing.
+	recorder events.EventRecorder
 }
+
+// ReasonDiskSelected is the reason of the Normal event recorded on a claim
+// when its disk is written to it.
+const ReasonDiskSelected = "DiskSelected"
 
 var _ volumebinding.SchedulerVolumeBinder = &diskBinder{}
 
@@ -44,4 +55,29 @@ func (b *diskBinder) AssumePodVolumes(logger klog.Logger, pod *v1.Pod, nodeName 
 		}
 	}
 	return b.SchedulerVolumeBinder.AssumePodVolumes(logger, pod, nodeName, podVolumes)
+}
+
+// BindPodVolumes records a DiskSelected event on every claim that carries a
+// disk DiskFit reserved for it, then lets VolumeBinding write the claims
+// and wait until they are bound. The event is recorded before the write
+// because the wait that follows it lasts until the volume is provisioned:
+// recorded after, it would come after the provisioner's own events, and
+// not at all when provisioning fails, which is when the disk matters most.
+func (b *diskBinder) BindPodVolumes(ctx context.Context, pod *v1.Pod, podVolumes *volumebinding.PodVolumes) error {
+	if b.recorder != nil && podVolumes != nil {
+		for _, dp := range podVolumes.DynamicProvisions {
+			if dp == nil || dp.PVC == nil {
+				continue
+			}
+			// The node and disk the write carries.
+			node := dp.PVC.Annotations[diskfit.SelectedNodeAnnotation]
+			r, ok := b.ledger.Reservation(pod.UID, node, string(dp.PVC.UID))
+			if !ok || dp.PVC.Annotations[diskfit.SelectedDiskAnnotation] != r.Disk {
+				continue
+			}
+			b.recorder.Eventf(dp.PVC, pod, v1.EventTypeNormal, ReasonDiskSelected, "Binding",
+				"disk %s on node %s (%s free before this claim)", r.Disk, node, packing.FormatBytes(r.FreeBefore))
+		}
+	}
+	return b.SchedulerVolumeBinder.BindPodVolumes(ctx, pod, podVolumes)
 }

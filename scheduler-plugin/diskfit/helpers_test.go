@@ -2,6 +2,8 @@ package diskfit
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -131,6 +134,37 @@ type testEnv struct {
 	handle    fwk.Handle
 	pl        *DiskFit
 	activator *recordingActivator
+	events    *recordingRecorder
+}
+
+// recordedEvent is one event as the plugin handed it to the recorder.
+type recordedEvent struct {
+	regarding, related runtime.Object
+	eventType, reason  string
+	action, note       string
+}
+
+// recordingRecorder stands in for the profile's events.k8s.io recorder.
+type recordingRecorder struct {
+	mu     sync.Mutex
+	events []recordedEvent
+}
+
+var _ events.EventRecorderLogger = &recordingRecorder{}
+
+func (r *recordingRecorder) Eventf(regarding, related runtime.Object, eventType, reason, action, note string, args ...interface{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, recordedEvent{regarding: regarding, related: related,
+		eventType: eventType, reason: reason, action: action, note: fmt.Sprintf(note, args...)})
+}
+
+func (r *recordingRecorder) WithLogger(klog.Logger) events.EventRecorderLogger { return r }
+
+func (r *recordingRecorder) recorded() []recordedEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
 }
 
 // recordingActivator stands in for the scheduling queue.
@@ -175,7 +209,9 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	client := fake.NewClientset(kubeObjs...)
 	informerFactory := informers.NewSharedInformerFactory(client, 0)
 	activator := &recordingActivator{}
+	recorder := &recordingRecorder{}
 	fh, err := frameworkruntime.NewFramework(ctx, nil, nil,
+		frameworkruntime.WithEventRecorder(recorder),
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(informerFactory),
 		frameworkruntime.WithPodActivator(activator))
@@ -206,7 +242,7 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	if !cache.WaitForCacheSync(ctx.Done(), pl.handlersSynced...) {
 		t.Fatal("event handlers did not sync")
 	}
-	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl, activator: activator}
+	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl, activator: activator, events: recorder}
 }
 
 // nodeInfos builds scheduler NodeInfos for the named nodes.

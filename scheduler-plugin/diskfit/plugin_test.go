@@ -253,15 +253,7 @@ func TestReserveAndPreBindWriteDiskWithNode(t *testing.T) {
 	rec := &recordingBinder{SchedulerVolumeBinder: inner.SchedulerVolumeBinder}
 	inner.SchedulerVolumeBinder = rec
 
-	state := framework.NewCycleState()
-	nodes := nodeInfos("n1")
-	mustPreFilter(t, env, state, pod, nodes)
-	if status := env.pl.Filter(env.ctx, state, pod, nodes[0]); !status.IsSuccess() {
-		t.Fatalf("Filter: %v", status)
-	}
-	if status := env.pl.Reserve(env.ctx, state, pod, "n1"); !status.IsSuccess() {
-		t.Fatalf("Reserve: %v", status)
-	}
+	state := mustReserveOn(t, env, pod, "n1")
 	// MostAllocated: the 3Gi claim fills d0 exactly, the 2Gi one goes to d1.
 	wantDisk := map[string]string{"fresh": "d0", "stale": "d1"}
 	if len(rec.assumed) != 2 {
@@ -637,4 +629,20 @@ func mustPreFilter(t *testing.T, env *testEnv, state fwk.CycleState, pod *v1.Pod
 	if _, status := env.pl.PreFilter(env.ctx, state, pod, nodes); !status.IsSuccess() {
 		t.Fatalf("PreFilter %s: %v", pod.Name, status)
 	}
+}
+
+// mustReserveOn runs one scheduling cycle of pod with nodeName as the only
+// node, up to Reserve, and returns its state.
+func mustReserveOn(t *testing.T, env *testEnv, pod *v1.Pod, nodeName string) fwk.CycleState {
+	t.Helper()
+	state := framework.NewCycleState()
+	nodes := nodeInfos(nodeName)
+	mustPreFilter(t, env, state, pod, nodes)
+	if status := env.pl.Filter(env.ctx, state, pod, nodes[0]); !status.IsSuccess() {
+		t.Fatalf("Filter: %v", status)
+	}
+	if status := env.pl.Reserve(env.ctx, state, pod, nodeName); !status.IsSuccess() {
+		t.Fatalf("Reserve: %v", status)
+	}
+	return state
 }

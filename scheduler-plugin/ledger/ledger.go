@@ -74,6 +74,9 @@ type claimEntry struct {
 	currentSrc source
 	// pod owning the reservation, if any.
 	pod types.UID
+	// reservedFree is the free space of the reserved disk just before the
+	// reservation took its share.
+	reservedFree int64
 }
 
 func (e *claimEntry) effective() (usage, source, bool) {
@@ -505,11 +508,16 @@ func (l *Ledger) Reserve(pod types.UID, node string, claims []packing.Claim, opt
 	chosen := make([]string, len(claims))
 	keys := make([]string, 0, len(claims))
 	for i, c := range claims {
-		chosen[i] = disks[assign[i]].Name
+		d := &disks[assign[i]]
+		chosen[i] = d.Name
 		e := l.entry(c.Key)
 		e.has[sourceReservation] = true
 		e.usage[sourceReservation] = usage{loc: Location{Node: node, Disk: chosen[i]}, bytes: c.Size}
 		e.pod = pod
+		// Claims of the pod on the same disk each see what the earlier
+		// ones left.
+		e.reservedFree = d.Free
+		d.Free -= c.Size
 		l.settle(c.Key, e)
 		keys = append(keys, c.Key)
 	}
@@ -540,15 +548,30 @@ func (l *Ledger) unreserveLocked(pod types.UID) bool {
 	return freed
 }
 
-// ReservedDisk returns the disk reserved for the claim key by pod on node.
-func (l *Ledger) ReservedDisk(pod types.UID, node, key string) (string, bool) {
+// Reservation is the disk reserved for one claim.
+type Reservation struct {
+	// Disk is the reserved disk's name.
+	Disk string
+	// FreeBefore is the disk's free space as the ledger counted it just
+	// before this claim was reserved on it.
+	FreeBefore int64
+}
+
+// Reservation returns what pod reserved for the claim key on node.
+func (l *Ledger) Reservation(pod types.UID, node, key string) (Reservation, bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	e := l.claims[key]
 	if e == nil || !e.has[sourceReservation] || e.pod != pod || e.usage[sourceReservation].loc.Node != node {
-		return "", false
+		return Reservation{}, false
 	}
-	return e.usage[sourceReservation].loc.Disk, true
+	return Reservation{Disk: e.usage[sourceReservation].loc.Disk, FreeBefore: e.reservedFree}, true
+}
+
+// ReservedDisk returns the disk reserved for the claim key by pod on node.
+func (l *Ledger) ReservedDisk(pod types.UID, node, key string) (string, bool) {
+	r, ok := l.Reservation(pod, node, key)
+	return r.Disk, ok
 }
 
 // Reservations returns the number of pods holding reservations.

@@ -300,6 +300,31 @@ func TestLedgerReserve(t *testing.T) {
 		}
 	})
 
+	t.Run("Reservation reports the free space each claim found on its disk", func(t *testing.T) {
+		l := newLedger()
+		// d0 already holds 1Gi of another pod.
+		if _, err := l.Reserve("pod0", "n1", []packing.Claim{claim("u0", gi)}, packing.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		// MostAllocated best fit: 2Gi and then 1Gi both fill the fuller disk.
+		disks, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 2*gi), claim("u2", gi)}, packing.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if disks[0] != disks[1] {
+			t.Fatalf("claims on %v, want both on one disk", disks)
+		}
+		for _, want := range []struct {
+			key  string
+			free int64
+		}{{"u1", 3 * gi}, {"u2", gi}} {
+			got, ok := l.Reservation("pod1", "n1", want.key)
+			if !ok || got.Disk != disks[0] || got.FreeBefore != want.free {
+				t.Errorf("Reservation(%s) = %+v, %v; want disk %s with %d Gi free before", want.key, got, ok, disks[0], want.free/gi)
+			}
+		}
+	})
+
 	t.Run("a second Reserve of the same pod replaces the first", func(t *testing.T) {
 		l := newLedger()
 		if _, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 4*gi)}, packing.Options{}); err != nil {
