@@ -8,6 +8,8 @@ import (
 	_ "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity"
 	_ "github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"
 	_ "github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer"
+	_ "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter"
+	_ "github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller"
 	_ "golang.org/x/vuln/cmd/govulncheck"
 	_ "honnef.co/go/tools/cmd/staticcheck"
 	_ "k8s.io/code-generator/cmd/client-gen"

@@ -1,8 +1,9 @@
 // Package cluster runs a whole diskfit cluster on one machine without Docker:
 // embedded etcd, a real kube-apiserver and the controllers that PVC binding,
 // StatefulSets and garbage collection need (in this process), the real
-// diskfit scheduler, and per node the real diskfit-csi driver and
-// external-provisioner (child processes) on loop-mounted disk images.
+// diskfit scheduler, external-resizer and snapshot-controller, and per node
+// a kubelet and the real diskfit-csi driver, external-provisioner and
+// csi-snapshotter (child processes) on loop-mounted disk images.
 package cluster
 
 import (
@@ -17,10 +18,14 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 )
@@ -35,7 +40,9 @@ type NodeSpec struct {
 type Options struct {
 	// RepoRoot is the repository checkout (manifests are read from it).
 	RepoRoot string
-	// BinDir holds diskfit-csi, diskfit-scheduler and csi-provisioner.
+	// BinDir holds diskfit-csi, diskfit-scheduler and the CSI sidecars
+	// that 'make tools' builds: csi-provisioner, csi-resizer,
+	// csi-snapshotter and snapshot-controller.
 	BinDir string
 	// Self is a binary that runs RunKubelet when its first argument is
 	// KubeletCommand (the localcluster binary): one kubelet process per node.
@@ -65,10 +72,15 @@ type Cluster struct {
 	// LogDir holds one log file per component.
 	LogDir string
 
-	opts      Options
-	cp        *controlPlane
-	scheduler *process
-	resizer   *process
+	opts Options
+	// Kubeconfigs of the manifests' ServiceAccounts (rbac.go).
+	nodeKubeconfig, schedulerKubeconfig, snapshotControllerKubeconfig string
+
+	cp                 *controlPlane
+	proxy              *apiProxy
+	scheduler          *supervisor
+	resizer            *process
+	snapshotController *process
 }
 
 // Start brings a cluster up. On error everything started so far is stopped.
@@ -101,15 +113,32 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	c.Config, c.Client = c.cp.config, c.cp.client
 	logger.Info("Control plane ready", "elapsed", time.Since(start).Round(time.Millisecond))
+	if c.proxy, err = startAPIProxy(c.Config.Host[len("https://"):]); err != nil {
+		return c, err
+	}
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
 	if err := writeKubeconfig(c.Config, c.Kubeconfig); err != nil {
 		return c, err
 	}
-	if err := InstallCRDs(ctx, c.Config, filepath.Join(opts.RepoRoot, "manifests", "base", "crd")); err != nil {
-		return c, err
+	for _, dir := range []string{"base/crd", "snapshot/crd"} {
+		if err := InstallCRDs(ctx, c.Config, filepath.Join(opts.RepoRoot, "manifests", dir)); err != nil {
+			return c, err
+		}
 	}
 	if err := c.createCSIDriver(ctx); err != nil {
 		return c, err
+	}
+	if err := applyRBAC(ctx, c); err != nil {
+		return c, err
+	}
+	for sa, path := range map[serviceAccount]*string{
+		nodeAccount:               &c.nodeKubeconfig,
+		schedulerAccount:          &c.schedulerKubeconfig,
+		snapshotControllerAccount: &c.snapshotControllerKubeconfig,
+	} {
+		if *path, err = c.kubeconfigFor(ctx, sa); err != nil {
+			return c, err
+		}
 	}
 	if err := c.startScheduler(); err != nil {
 		return c, err
@@ -124,6 +153,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if err := c.startResizer(); err != nil {
+		return c, err
+	}
+	if err := c.startSnapshotController(ctx); err != nil {
 		return c, err
 	}
 	logger.Info("Cluster ready", "nodes", len(c.Nodes), "elapsed", time.Since(start).Round(time.Millisecond), "kubeconfig", c.Kubeconfig)
@@ -165,13 +197,63 @@ func (c *Cluster) startResizer() error {
 	first := c.Nodes[c.opts.Nodes[0].Name]
 	c.resizer, err = startProcess("csi-resizer", c.LogDir, bin, []string{
 		"--csi-address=" + first.Socket,
-		"--kubeconfig=" + c.Kubeconfig,
+		"--kubeconfig=" + c.nodeKubeconfig,
 		"--leader-election=false",
 		"--timeout=60s",
 		"-v=4",
 	}, nil)
 	return err
 }
+
+// startSnapshotController runs snapshot-controller in the distributed mode
+// that node-local drivers need (manifests/snapshot) and creates the
+// manifests' VolumeSnapshotClass.
+func (c *Cluster) startSnapshotController(ctx context.Context) error {
+	bin, err := c.binary("snapshot-controller")
+	if err != nil {
+		return err
+	}
+	c.snapshotController, err = startProcess("snapshot-controller", c.LogDir, bin, []string{
+		"--kubeconfig=" + c.snapshotControllerKubeconfig,
+		"--leader-election=false",
+		"--enable-distributed-snapshotting",
+		"--retry-interval-start=500ms",
+		"--retry-interval-max=5s",
+		"-v=4",
+	}, nil)
+	if err != nil {
+		return err
+	}
+	class := schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotclasses"}
+	return createFromFile(ctx, c.Config, class, filepath.Join(c.opts.RepoRoot, "manifests", "snapshot", "volumesnapshotclass.yaml"))
+}
+
+// createFromFile creates the cluster-scoped object of resource gvr that file
+// holds, unless it exists.
+func createFromFile(ctx context.Context, config *rest.Config, gvr schema.GroupVersionResource, file string) error {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
+		return fmt.Errorf("parsing %s: %w", file, err)
+	}
+	client, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	_, err = client.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating %s from %s: %w", gvr.Resource, file, err)
+	}
+	return nil
+}
+
+// SetAPIServerDown starts or ends an API server outage for the diskfit
+// components and sidecars (their connections go through a proxy); the
+// kubelets, the controllers and the admin kubeconfig keep reaching it.
+func (c *Cluster) SetAPIServerDown(down bool) { c.proxy.SetDown(down) }
 
 // Stop ends every component and removes every mount, loop device and file
 // of this run.
@@ -182,8 +264,14 @@ func (c *Cluster) Stop() {
 	if c.resizer != nil {
 		c.resizer.stop(5 * time.Second)
 	}
+	if c.snapshotController != nil {
+		c.snapshotController.stop(5 * time.Second)
+	}
 	if c.scheduler != nil {
 		c.scheduler.stop(10 * time.Second)
+	}
+	if c.proxy != nil {
+		c.proxy.close()
 	}
 	if c.cp != nil {
 		c.cp.stop()

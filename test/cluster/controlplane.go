@@ -66,6 +66,8 @@ func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err e
 		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
 		// As every real cluster: the node plugin's container is privileged.
 		"--allow-privileged=true",
+		// Components run as their manifests' ServiceAccounts (rbac.go).
+		"--authorization-mode=RBAC",
 	}
 	server, err := startAPIServer(cp.tb, flags, storage)
 	if err != nil {

@@ -33,6 +33,7 @@ type Node struct {
 	kubelet     *process
 	driver      *process
 	provisioner *process
+	snapshotter *process
 	registrar   *registrar
 }
 
@@ -78,6 +79,9 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeSpec) (n *Node, err er
 	if err := n.startProvisioner(); err != nil {
 		return n, err
 	}
+	if err := n.startSnapshotter(); err != nil {
+		return n, err
+	}
 	return n, nil
 }
 
@@ -116,7 +120,7 @@ func (n *Node) startDriver() error {
 		"--endpoint=unix://" + n.Socket,
 		"--node-id=" + n.Name,
 		"--config=" + cfg,
-		"--kubeconfig=" + n.cluster.Kubeconfig,
+		"--kubeconfig=" + n.cluster.nodeKubeconfig,
 		"--kubelet-dir=" + n.KubeletDir,
 		"--disknode-resync=5s",
 		"-v=4",
@@ -137,7 +141,7 @@ func (n *Node) startProvisioner() error {
 	}
 	n.provisioner, err = startProcess("csi-provisioner-"+n.Name, n.cluster.LogDir, bin, []string{
 		"--csi-address=" + n.Socket,
-		"--kubeconfig=" + n.cluster.Kubeconfig,
+		"--kubeconfig=" + n.cluster.nodeKubeconfig,
 		"--node-deployment",
 		"--extra-create-metadata",
 		"--enable-capacity",
@@ -148,7 +152,29 @@ func (n *Node) startProvisioner() error {
 		"--retry-interval-max=5s",
 		"--timeout=60s",
 		"-v=4",
-	}, []string{"NODE_NAME=" + n.Name, "NAMESPACE=" + metav1.NamespaceSystem})
+	}, []string{"NODE_NAME=" + n.Name, "NAMESPACE=" + nodeAccount.namespace})
+	return err
+}
+
+// startSnapshotter runs csi-snapshotter for the node's own volumes: with
+// --node-deployment it only takes VolumeSnapshotContents that the
+// snapshot-controller labelled with this node.
+func (n *Node) startSnapshotter() error {
+	bin, err := n.cluster.binary("csi-snapshotter")
+	if err != nil {
+		return err
+	}
+	n.snapshotter, err = startProcess("csi-snapshotter-"+n.Name, n.cluster.LogDir, bin, []string{
+		"--csi-address=" + n.Socket,
+		"--kubeconfig=" + n.cluster.nodeKubeconfig,
+		"--node-deployment",
+		"--leader-election=false",
+		"--extra-create-metadata",
+		"--retry-interval-start=500ms",
+		"--retry-interval-max=5s",
+		"--timeout=60s",
+		"-v=4",
+	}, []string{"NODE_NAME=" + n.Name})
 	return err
 }
 
@@ -243,6 +269,9 @@ func (c *Cluster) capacityPollInterval() time.Duration {
 }
 
 func (n *Node) stop() {
+	if n.snapshotter != nil {
+		n.snapshotter.stop(5 * time.Second)
+	}
 	if n.provisioner != nil {
 		n.provisioner.stop(5 * time.Second)
 	}

@@ -6,8 +6,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 // process is a component running as a child process. It dies with this
@@ -23,7 +26,8 @@ type process struct {
 // startProcess starts bin with args and env, logging to logDir/name.log.
 func startProcess(name, logDir, bin string, args, env []string) (*process, error) {
 	logPath := filepath.Join(logDir, name+".log")
-	logFile, err := os.Create(logPath)
+	// Appending: a supervised component's restarts log to the same file.
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -85,4 +89,62 @@ func (p *process) kill() {
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
+}
+
+// supervisor keeps a component running as its Deployment would: when the
+// process dies (a crash, or a test killing it), it is started again after
+// a second, logging to the same file.
+type supervisor struct {
+	name, logDir, bin string
+	args, env         []string
+
+	mu       sync.Mutex
+	current  *process
+	stopping bool
+	done     chan struct{}
+}
+
+func startSupervised(name, logDir, bin string, args, env []string) (*supervisor, error) {
+	p, err := startProcess(name, logDir, bin, args, env)
+	if err != nil {
+		return nil, err
+	}
+	s := &supervisor{name: name, logDir: logDir, bin: bin, args: args, env: env, current: p, done: make(chan struct{})}
+	go s.watch()
+	return s, nil
+}
+
+func (s *supervisor) watch() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		p := s.current
+		s.mu.Unlock()
+		<-p.done
+		time.Sleep(time.Second)
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return
+		}
+		klog.Background().Info("Restarting component", "component", s.name, "exit", p.err)
+		next, err := startProcess(s.name, s.logDir, s.bin, s.args, s.env)
+		if err != nil {
+			klog.Background().Error(err, "Restarting component", "component", s.name)
+			s.mu.Unlock()
+			return
+		}
+		s.current = next
+		s.mu.Unlock()
+	}
+}
+
+// stop ends the component for good: SIGTERM, then SIGKILL after grace.
+func (s *supervisor) stop(grace time.Duration) {
+	s.mu.Lock()
+	s.stopping = true
+	p := s.current
+	s.mu.Unlock()
+	p.stop(grace)
+	<-s.done
 }

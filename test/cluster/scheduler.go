@@ -28,7 +28,7 @@ func (c *Cluster) startScheduler() error {
 	if err := yaml.Unmarshal(raw, &cfg); err != nil {
 		return fmt.Errorf("parsing scheduler config: %w", err)
 	}
-	cfg["clientConnection"] = map[string]any{"kubeconfig": c.Kubeconfig, "qps": 200, "burst": 400}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": c.schedulerKubeconfig, "qps": 200, "burst": 400}
 	cfg["leaderElection"] = map[string]any{"leaderElect": false}
 	profiles, _ := cfg["profiles"].([]any)
 	cfg["profiles"] = append([]any{map[string]any{"schedulerName": "default-scheduler"}}, profiles...)
@@ -44,12 +44,14 @@ func (c *Cluster) startScheduler() error {
 	if err != nil {
 		return err
 	}
-	c.scheduler, err = startProcess(diskfit.SchedulerName, c.LogDir, bin, []string{
+	// Supervised: tests kill the scheduler to prove that its ledger is
+	// rebuilt from API objects, and it comes back as a Deployment's would.
+	c.scheduler, err = startSupervised(diskfit.SchedulerName, c.LogDir, bin, []string{
 		"--config=" + path,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
-		"--authentication-kubeconfig=" + c.Kubeconfig,
-		"--authorization-kubeconfig=" + c.Kubeconfig,
+		"--authentication-kubeconfig=" + c.schedulerKubeconfig,
+		"--authorization-kubeconfig=" + c.schedulerKubeconfig,
 		"-v=4",
 	}, nil)
 	return err

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,8 +11,10 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // needLocal skips a test that must reach the nodes' disks or kubelet
@@ -61,27 +64,7 @@ func hostFree(t *testing.T, node, disk string) int64 {
 // and returns the function that lets it go on (SIGCONT), also run at cleanup.
 func pauseProvisioner(t *testing.T, node string) (resume func()) {
 	t.Helper()
-	socket := "--csi-address=" + filepath.Join(localDir, "nodes", node, "csi.sock")
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := 0
-	for _, e := range entries {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if strings.HasSuffix(args[0], "csi-provisioner") && slices.Contains(args, socket) {
-			pid = n
-			break
-		}
-	}
+	pid := findProcess(t, "csi-provisioner", "--csi-address="+filepath.Join(localDir, "nodes", node, "csi.sock"))
 	if pid == 0 {
 		t.Fatalf("no external-provisioner process for %s", node)
 	}
@@ -92,4 +75,51 @@ func pauseProvisioner(t *testing.T, node string) (resume func()) {
 	resume = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
 	t.Cleanup(resume)
 	return resume
+}
+
+// findProcess returns the pid of the local cluster's process whose binary
+// name ends in binary and whose arguments include arg, or 0.
+func findProcess(t *testing.T, binary, arg string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if strings.HasSuffix(args[0], binary) && slices.Contains(args, arg) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// killScheduler kills diskfit-scheduler as a crash would (SIGKILL) and
+// waits until the local cluster has started it again, as a Deployment
+// would.
+func killScheduler(t *testing.T) {
+	t.Helper()
+	arg := "--config=" + filepath.Join(localDir, "scheduler-config.yaml")
+	pid := findProcess(t, "diskfit-scheduler", arg)
+	if pid == 0 {
+		t.Fatal("no diskfit-scheduler process")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctxFor(t, time.Minute), 200*time.Millisecond, 30*time.Second, false, func(context.Context) (bool, error) {
+		next := findProcess(t, "diskfit-scheduler", arg)
+		return next != 0 && next != pid, nil
+	})
+	if err != nil {
+		t.Fatalf("diskfit-scheduler was not restarted: %v", err)
+	}
 }

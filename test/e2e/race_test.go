@@ -34,6 +34,36 @@ func nodesWithClass(t *testing.T, deviceClass string) map[string][]int64 {
 	return free
 }
 
+// claimsThatFit is how many claims of size the disks of deviceClass hold.
+func claimsThatFit(t *testing.T, deviceClass string, size int64) int {
+	t.Helper()
+	fit := 0
+	for _, disks := range nodesWithClass(t, deviceClass) {
+		for _, room := range disks {
+			fit += int(room / size)
+		}
+	}
+	return fit
+}
+
+// checkFull asserts that no disk of deviceClass is overbooked and that none
+// has room left for one more claim of size: the refused pods could not have
+// fit. It waits for a fresh DiskNode report first: XFS frees the blocks of
+// files deleted by earlier tests in the background, so the room counted
+// before a test may have been a little low.
+func checkFull(t *testing.T, deviceClass string, size int64, refused int) {
+	t.Helper()
+	time.Sleep(6 * time.Second)
+	used := checkNoDiskOverbooked(t)
+	for node, disks := range nodesWithClass(t, deviceClass) {
+		for i, room := range disks {
+			if room >= size {
+				t.Errorf("node %s disk #%d still has room for a claim (%d bytes) but %d pods were refused; PVs: %v", node, i, room, refused, used)
+			}
+		}
+	}
+}
+
 // Fifty pods created at once compete for the last space of one node's disks:
 // the ledger must let exactly as many through as the disks hold, never
 // overbook a disk, and leave the rest Pending with a per-disk reason.
@@ -44,12 +74,7 @@ func TestRaceForLastSpaceNeverOverbooks(t *testing.T) {
 		t.Skipf("needs exactly one node with %s disks, as the local cluster has; this cluster has %d", deviceClass, len(free))
 	}
 	const size = 300 * mi
-	fit := 0
-	for _, disks := range free {
-		for _, f := range disks {
-			fit += int(f / size)
-		}
-	}
+	fit := claimsThatFit(t, deviceClass, size)
 	const pods = 50
 	if fit >= pods*2/3 {
 		t.Fatalf("the %s disks hold about %d claims of %d bytes; the race needs far fewer than %d", deviceClass, fit, size, pods)
@@ -71,20 +96,8 @@ func TestRaceForLastSpaceNeverOverbooks(t *testing.T) {
 	boundPods, refusedPods := settle(t, ns, podClaims, 3*time.Minute)
 	bound, refused := len(boundPods), len(refusedPods)
 	t.Logf("%d pods for room of %d: %d bound, %d refused", pods, fit, bound, refused)
-	// Exactly as many as the disks hold: no disk is overbooked, and no disk
-	// has room left for one more (the refused pods could not have fit).
-	// Wait for a fresh DiskNode report first: XFS frees the blocks of files
-	// deleted by earlier tests in the background, so the room counted before
-	// the test may have been a little low.
-	time.Sleep(6 * time.Second)
-	used := checkNoDiskOverbooked(t)
-	for node, disks := range nodesWithClass(t, deviceClass) {
-		for i, room := range disks {
-			if room >= size {
-				t.Errorf("node %s disk #%d still has room for a claim (%d bytes) but %d pods were refused; PVs: %v", node, i, room, refused, used)
-			}
-		}
-	}
+	// Exactly as many as the disks hold.
+	checkFull(t, deviceClass, size, refused)
 	if conflicts := pvcUpdateConflicts(t) - conflictsBefore; conflicts != 0 {
 		t.Errorf("%d PVC updates were refused with a conflict, want 0", conflicts)
 	}

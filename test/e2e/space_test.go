@@ -103,12 +103,7 @@ func createPods(t *testing.T, ns, class, prefix string, n int, size int64) map[s
 // Deleting claims frees their space, and pods waiting for space get it.
 func TestDeletingClaimsFreesSpace(t *testing.T) {
 	const deviceClass, size = "nvme", 300 * mi
-	fit := 0
-	for _, disks := range nodesWithClass(t, deviceClass) {
-		for _, room := range disks {
-			fit += int(room / size)
-		}
-	}
+	fit := claimsThatFit(t, deviceClass, size)
 	ns := newNamespace(t)
 	class := newStorageClass(t, deviceClass)
 	pods := createPods(t, ns, class, "f", fit+2, size)

@@ -2,20 +2,35 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 )
 
 // The local cluster leaves nothing behind: stopped with SIGTERM it removes
 // every mount (the kubelets bind-mount their roots onto themselves), loop
 // device, process and file it made; killed with SIGKILL, its children die
 // with it and the next run (here `localcluster sweep`) removes the rest.
+// Each run has a pod with a volume, so teardown meets a staged and
+// published volume: its own loop device over a file on a disk, and its
+// mounts under the kubelet's directory.
 func TestLocalClusterLeavesNothingBehind(t *testing.T) {
 	needLocal(t)
 	for _, signal := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
@@ -51,6 +66,7 @@ func TestLocalClusterLeavesNothingBehind(t *testing.T) {
 			if len(mountsUnder(t, dir)) == 0 || len(loopsUnder(t, dir)) == 0 || len(processesUsing(t, dir)) == 0 {
 				t.Fatalf("a running cluster shows no mounts, loop devices or processes under %s", dir)
 			}
+			runPodWithVolume(t, out, dir)
 
 			_ = cmd.Process.Signal(signal)
 			select {
@@ -78,10 +94,48 @@ func TestLocalClusterLeavesNothingBehind(t *testing.T) {
 			if l := loopsUnder(t, dir); len(l) > 0 {
 				t.Errorf("loop devices left: %v", l)
 			}
+
 			if _, err := os.Stat(dir); !os.IsNotExist(err) {
 				t.Errorf("run directory %s left: %v", dir, err)
 			}
 		})
+	}
+}
+
+// runPodWithVolume runs a pod with a diskfit volume in the cluster of
+// kubeconfig and checks that its staged volume has a loop device under dir
+// (over a file on a disk, not a disk image), which teardown must detach.
+func runPodWithVolume(t *testing.T, kubeconfig, dir string) {
+	t.Helper()
+	config, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "teardown"}, Provisioner: diskfit.DriverName,
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().PersistentVolumeClaims("default").Create(ctx, claim("staged", "teardown", 64*mi), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, podSpec("staged", diskfit.SchedulerName, "staged"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		pod, err := client.CoreV1().Pods("default").Get(ctx, "staged", metav1.GetOptions{})
+		return err == nil && pod.Status.Phase == v1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("pod with a volume not running in the second cluster: %v", err)
+	}
+	if !slices.ContainsFunc(loopsUnder(t, dir), func(l string) bool { return strings.Contains(l, "/diskfit/") }) {
+		t.Fatalf("no volume loop device under %s: %v", dir, loopsUnder(t, dir))
 	}
 }
 

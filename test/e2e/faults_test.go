@@ -1,0 +1,148 @@
+package e2e
+
+import (
+	"context"
+	"maps"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+)
+
+// The scheduler is killed (SIGKILL) after it has written claims' node and
+// disk and before their volumes exist (the node's external-provisioner is
+// paused, so that window is certain), then twice more while pods race for
+// the rest of the space, so some kills land between a Reserve and its PVC
+// write. Each time the local cluster restarts it, as a Deployment would.
+// The restarted scheduler rebuilds its ledger from API objects (the
+// annotated claims count against their disks), so no disk is overbooked,
+// every pod that fits is placed and the rest wait with a per-disk reason.
+func TestSchedulerRestartsNeverOverbook(t *testing.T) {
+	needLocal(t)
+	const deviceClass, node, size = "nvme", "node-a", 300 * mi
+	fit := claimsThatFit(t, deviceClass, size)
+	ns := newNamespace(t)
+	class := newStorageClass(t, deviceClass)
+	waitForCapacity(t, class, node)
+	resume := pauseProvisioner(t, node)
+	pods := createPods(t, ns, class, "early", fit/2, size)
+	waitPlaced(t, ns, fit/2)
+
+	killScheduler(t)
+	maps.Copy(pods, createPods(t, ns, class, "late", fit, size))
+	for range 2 {
+		time.Sleep(1500 * time.Millisecond)
+		killScheduler(t)
+	}
+	resume()
+
+	bound, refused := settle(t, ns, pods, 4*time.Minute)
+	t.Logf("%d pods for room of %d across 3 scheduler kills: %d bound, %d refused", len(pods), fit, len(bound), len(refused))
+	checkFull(t, deviceClass, size, len(refused))
+}
+
+// waitPlaced waits until n claims of the namespace have a node and a disk.
+func waitPlaced(t *testing.T, ns string, n int) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, 2*time.Minute), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pvcs, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		placed := 0
+		for _, pvc := range pvcs.Items {
+			if pvc.Annotations[diskfit.SelectedDiskAnnotation] != "" && pvc.Annotations[diskfit.SelectedNodeAnnotation] != "" {
+				placed++
+			}
+		}
+		return placed >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("%d claims not placed: %v", n, err)
+	}
+}
+
+// The API server disappears for the diskfit components and sidecars (their
+// connections go through the local cluster's proxy, which cuts them) while
+// a pod with a claim is created. Nothing can happen meanwhile; once the
+// API server is back, the same processes (none restarted) pick up where
+// they were: the pod is scheduled and runs, its claim is bound, and the
+// driver's DiskNode reports resume.
+func TestComponentsRecoverFromAPIServerOutage(t *testing.T) {
+	needLocal(t)
+	const node = "node-a"
+	cluster, err := strconv.Atoi(filepath.Base(localDir))
+	if err != nil {
+		t.Fatalf("local cluster pid from %s: %v", localDir, err)
+	}
+	schedulerArg := "--config=" + filepath.Join(localDir, "scheduler-config.yaml")
+	driverArg := "--node-id=" + node
+	pids := map[string]int{
+		"diskfit-scheduler": findProcess(t, "diskfit-scheduler", schedulerArg),
+		"diskfit-csi":       findProcess(t, "diskfit-csi", driverArg),
+	}
+	ns := newNamespace(t)
+	class := newStorageClass(t, "nvme")
+	waitForCapacity(t, class, node)
+
+	if err := syscall.Kill(cluster, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	outageEnded := false
+	endOutage := func() {
+		if !outageEnded {
+			outageEnded = true
+			_ = syscall.Kill(cluster, syscall.SIGUSR2)
+		}
+	}
+	t.Cleanup(endOutage)
+	time.Sleep(2 * time.Second)
+	before := observed(t, node)
+	newPVC(t, ns, "during", class, 300*mi)
+	createPod(t, ns, podSpec("during", diskfit.SchedulerName, "during"))
+	// Longer than the driver's DiskNode resync (5s) and the scheduler's
+	// retries: the outage is real if nothing moved.
+	time.Sleep(20 * time.Second)
+	if pod, err := kube.CoreV1().Pods(ns).Get(ctxFor(t, time.Minute), "during", metav1.GetOptions{}); err != nil || pod.Spec.NodeName != "" {
+		t.Fatalf("the pod was scheduled during the outage (%v): the components were not cut off", err)
+	}
+	if after := observed(t, node); !after.Equal(&before) {
+		t.Fatalf("DiskNode %s was updated during the outage (%s -> %s)", node, before, after)
+	}
+	endOutage()
+
+	waitPVCsBound(t, ns, []string{"during"}, 3*time.Minute)
+	waitPodRunning(t, ns, "during", 2*time.Minute)
+	err = wait.PollUntilContextTimeout(ctxFor(t, time.Minute), time.Second, 30*time.Second, true, func(context.Context) (bool, error) {
+		after := observed(t, node)
+		return after.After(before.Time), nil
+	})
+	if err != nil {
+		t.Errorf("DiskNode %s reports did not resume after the outage", node)
+	}
+	for name, pid := range pids {
+		arg := schedulerArg
+		if name == "diskfit-csi" {
+			arg = driverArg
+		}
+		if now := findProcess(t, name, arg); now != pid {
+			t.Errorf("%s was restarted (pid %d, now %d); it should have recovered on its own", name, pid, now)
+		}
+	}
+}
+
+// observed returns when the node's driver last reported its disks.
+func observed(t *testing.T, node string) metav1.Time {
+	t.Helper()
+	dn, err := diskfitAPI.DiskfitV1alpha1().DiskNodes().Get(ctxFor(t, time.Minute), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dn.Status.ObservedTime
+}
