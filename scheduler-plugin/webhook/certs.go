@@ -154,7 +154,7 @@ func (c *certificates) ensureSecret(ctx context.Context) (*v1.Secret, error) {
 		logger.Info("Renewed the serving certificate", "secret", klog.KObj(updated), "reason", reason.Error(), "hosts", c.hosts)
 		return updated, nil
 	}
-	return nil, fmt.Errorf("Secret %s/%s changed under every one of %d attempts to write it", c.namespace, c.secretName, secretWriteAttempts)
+	return nil, fmt.Errorf("writing Secret %s/%s: it changed under each of %d attempts", c.namespace, c.secretName, secretWriteAttempts)
 }
 
 // renewalReason says why the Secret's certificate must be replaced, or nil
