@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/scheduler-plugin/webhook"
+)
+
+// The webhook, run in this process with the certificate it makes itself,
+// registered with the API server through the MutatingWebhookConfiguration
+// of manifests/webhook (pointed at this process and at one fresh namespace,
+// so no other test's pods are affected): a pod with a diskfit claim gets
+// diskfit-scheduler and is placed by it; a pod with another driver's claim,
+// and an opted-out pod, keep the default scheduler; with the webhook gone,
+// pods are still created, unchanged.
+//
+// The API server calls https://127.0.0.1:<port>, so this needs the local
+// cluster, whose API server runs on this host. On kind, the manifests'
+// Deployment is the way to run the webhook; this test skips there.
+func TestWebhookSetsTheSchedulerOfDiskFitPods(t *testing.T) {
+	if localDir == "" {
+		t.Skip("the API server must reach this test process at 127.0.0.1, which only the local cluster's does; on kind, deploy manifests/webhook")
+	}
+	ns := newNamespace(t)
+	ctx := ctxFor(t, 5*time.Minute)
+	class := newStorageClass(t, "")
+	newPVC(t, ns, "data", class, 300*mi)
+	newPVC(t, ns, "other", otherDriverClass(t), 300*mi)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	configName := "diskfit-webhook-" + ns
+	registerWebhook(t, configName, ns, "https://"+ln.Addr().String()+webhook.MutatePath)
+	s, err := webhook.New(webhook.Config{
+		Client:            kube,
+		Namespace:         ns,
+		Hosts:             []string{"127.0.0.1"},
+		SecretName:        "diskfit-webhook-cert",
+		WebhookConfigName: configName,
+		Address:           ln.Addr().String(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(serveCtx, ln) }()
+	stop := func() {
+		if stopServing != nil {
+			stopServing()
+			if err := <-served; err != nil {
+				t.Errorf("webhook: %v", err)
+			}
+			stopServing = nil
+		}
+	}
+	t.Cleanup(stop)
+
+	// The API server picks up the caBundle the webhook publishes from its
+	// own informer: wait until a dry run comes back mutated.
+	probe := podSpec("probe", "", "data")
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod, err := kube.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && pod.Spec.SchedulerName == diskfit.SchedulerName, err
+	})
+	if err != nil {
+		t.Fatalf("the API server does not call the webhook: %v", err)
+	}
+
+	mutated := createPod(t, ns, podSpec("diskfit", "", "data"))
+	if mutated.Spec.SchedulerName != diskfit.SchedulerName {
+		t.Errorf("pod with a diskfit claim: schedulerName %q, want %q", mutated.Spec.SchedulerName, diskfit.SchedulerName)
+	}
+	other := createPod(t, ns, podSpec("other", "", "other"))
+	if other.Spec.SchedulerName != defaultScheduler {
+		t.Errorf("pod with another driver's claim: schedulerName %q, want %q", other.Spec.SchedulerName, defaultScheduler)
+	}
+	optedOut := podSpec("opted-out", "", "data")
+	optedOut.Labels[webhook.OptOutKey] = webhook.OptOutValue
+	if got := createPod(t, ns, optedOut); got.Spec.SchedulerName != defaultScheduler {
+		t.Errorf("opted-out pod: schedulerName %q, want %q", got.Spec.SchedulerName, defaultScheduler)
+	}
+	placed := waitPodScheduled(t, ns, mutated.Name, 2*time.Minute)
+	t.Logf("diskfit-scheduler placed %s on %s", placed.Name, placed.Spec.NodeName)
+
+	// failurePolicy Ignore: nobody answers at the URL any more, and pods
+	// are created all the same.
+	stop()
+	unserved := createPod(t, ns, podSpec("unserved", "", "data"))
+	if unserved.Spec.SchedulerName != defaultScheduler {
+		t.Errorf("pod created with the webhook down: schedulerName %q, want it unchanged, %q", unserved.Spec.SchedulerName, defaultScheduler)
+	}
+}
+
+// otherDriverClass creates a StorageClass of a provisioner that is not
+// diskfit's.
+func otherDriverClass(t *testing.T) string {
+	t.Helper()
+	created, err := kube.StorageV1().StorageClasses().Create(ctxFor(t, time.Minute), &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{GenerateName: "other-"},
+		Provisioner:       "example.com/not-diskfit",
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.StorageV1().StorageClasses().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+	})
+	return created.Name
+}
+
+// registerWebhook creates the MutatingWebhookConfiguration of
+// manifests/webhook under name, calling url, for the pods of namespace ns
+// only. Its caBundle is left to the webhook.
+func registerWebhook(t *testing.T, name, ns, url string) {
+	t.Helper()
+	raw, err := os.ReadFile("../../manifests/webhook/mutatingwebhookconfiguration.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	if err := yaml.UnmarshalStrict(raw, config); err != nil {
+		t.Fatal(err)
+	}
+	config.Name = name
+	for i := range config.Webhooks {
+		w := &config.Webhooks[i]
+		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url)}
+		w.NamespaceSelector.MatchLabels = map[string]string{v1.LabelMetadataName: ns}
+	}
+	configs := kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := configs.Create(ctxFor(t, time.Minute), config, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := configs.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting MutatingWebhookConfiguration %s: %v", name, err)
+		}
+	})
+}
