@@ -199,6 +199,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.certs.getCertificate},
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// TLS handshake errors (a client that does not trust the
+		// certificate yet) go to the component's log.
+		ErrorLog: klog.NewStandardLogger("WARNING"),
 	}}
 	errs := make(chan error, 2)
 	go func() { errs <- servers[0].ServeTLS(ln, "", "") }()
