@@ -4,6 +4,9 @@
 //	localcluster up [--kubeconfig-out PATH]   run until interrupted
 //	localcluster demo [--keep]                the README's demo
 //	localcluster bench                        time to bind, diskfit vs default
+//	localcluster load [--waves N] [--per-wave N] [--size Q]
+//	                                          waves of claims and pods; checks
+//	                                          for overbooking, leftovers, leaks
 //	localcluster sweep                        clean up after killed runs
 //
 // `up` prints the admin kubeconfig path once every node is ready. SIGINT or
@@ -38,8 +41,8 @@ func main() {
 		}
 		return
 	}
-	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "demo" && os.Args[1] != "bench") {
-		fmt.Fprintln(os.Stderr, "usage: localcluster up|demo|bench|sweep [flags]")
+	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "demo" && os.Args[1] != "bench" && os.Args[1] != "load") {
+		fmt.Fprintln(os.Stderr, "usage: localcluster up|demo|bench|load|sweep [flags]")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
@@ -48,6 +51,7 @@ func main() {
 	kubeconfigOut := fs.String("kubeconfig-out", "", "also copy the admin kubeconfig here")
 	logDir := fs.String("log-dir", "", "write component logs here and keep them (default: removed on exit)")
 	keep := fs.Bool("keep", os.Getenv("KEEP") == "1", "demo: leave the cluster running at the end (default $KEEP=1)")
+	loadCfg := addLoadFlags(fs)
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[2:])
 
@@ -70,6 +74,8 @@ func main() {
 			err = demo(ctx, opts, *keep)
 		case "bench":
 			err = bench(ctx, opts)
+		case "load":
+			err = load(ctx, opts, *loadCfg)
 		default:
 			err = up(ctx, opts, *kubeconfigOut)
 		}
