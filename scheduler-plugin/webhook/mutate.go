@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
+	volumeutil "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -105,10 +106,11 @@ func (m *mutator) admit(ctx context.Context, req *admissionv1.AdmissionRequest) 
 func (m *mutator) usesDiskFit(ctx context.Context, namespace string, pod *v1.Pod) (bool, error) {
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
-		var class string
+		var claim *v1.PersistentVolumeClaim
 		switch {
 		case vol.PersistentVolumeClaim != nil:
-			claim, err := m.claim(ctx, namespace, vol.PersistentVolumeClaim.ClaimName)
+			var err error
+			claim, err = m.claim(ctx, namespace, vol.PersistentVolumeClaim.ClaimName)
 			if apierrors.IsNotFound(err) {
 				klog.FromContext(ctx).V(4).Info("Claim of a new pod does not exist", "claim", klog.KRef(namespace, vol.PersistentVolumeClaim.ClaimName))
 				continue
@@ -116,22 +118,16 @@ func (m *mutator) usesDiskFit(ctx context.Context, namespace string, pod *v1.Pod
 			if err != nil {
 				return false, err
 			}
-			// A claim without a class that is bound already went to a
-			// volume without a class; an unbound one gets the default
-			// class, now or once there is one.
-			if claim.Spec.StorageClassName == nil && claim.Spec.VolumeName != "" {
-				continue
-			}
-			if class, err = m.className(claim.Spec.StorageClassName); err != nil {
-				return false, err
-			}
 		case vol.Ephemeral != nil && vol.Ephemeral.VolumeClaimTemplate != nil:
-			var err error
-			if class, err = m.className(vol.Ephemeral.VolumeClaimTemplate.Spec.StorageClassName); err != nil {
-				return false, err
-			}
+			// The claim the ephemeral volume controller will create.
+			tmpl := vol.Ephemeral.VolumeClaimTemplate
+			claim = &v1.PersistentVolumeClaim{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
 		default:
 			continue
+		}
+		class, err := m.claimClass(claim)
+		if err != nil {
+			return false, err
 		}
 		if class == "" {
 			continue
@@ -155,11 +151,17 @@ func (m *mutator) claim(ctx context.Context, namespace, name string) (*v1.Persis
 	return claim, err
 }
 
-// className is the class a claim asks for: the one it names, or the
-// default class when it names none. "" means no class.
-func (m *mutator) className(name *string) (string, error) {
-	if name != nil {
-		return *name, nil
+// claimClass is the class of a claim: the one it names (in the spec or the
+// beta annotation), or the default class when it names none and is not
+// bound yet. "" means no class: a claim without a class that is bound went
+// to a volume without a class, while an unbound one gets the default class,
+// now or once there is one.
+func (m *mutator) claimClass(claim *v1.PersistentVolumeClaim) (string, error) {
+	if volumeutil.PersistentVolumeClaimHasClass(claim) {
+		return volumeutil.GetPersistentVolumeClaimClass(claim), nil
+	}
+	if claim.Spec.VolumeName != "" {
+		return "", nil
 	}
 	classes, err := m.classes.List(labels.Everything())
 	if err != nil {

@@ -36,6 +36,9 @@ func mutationCluster(defaultProvisioner string) []runtime.Object {
 		claim("defaulted", nil),
 		boundClaim("bound-without-class", nil, "pv-1"),
 	}
+	betaAnnotated := claim("beta-annotated", nil)
+	betaAnnotated.Annotations = map[string]string{v1.BetaStorageClassAnnotation: "fast"}
+	objects = append(objects, betaAnnotated)
 	if defaultProvisioner != "" {
 		// The newer default class wins, as in the DefaultStorageClass
 		// admission plugin.
@@ -75,6 +78,11 @@ func TestMutation(t *testing.T) {
 		name:        "other driver's claim",
 		pod:         makePod("p").withClaim("other"),
 		wantOutcome: outcomeSkipped,
+	}, {
+		name:        "diskfit class in the beta annotation",
+		pod:         makePod("p").withClaim("beta-annotated"),
+		wantPatched: true,
+		wantOutcome: outcomeMutated,
 	}, {
 		name:        "claim of no class",
 		pod:         makePod("p").withClaim("no-class"),
