@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -72,10 +73,8 @@ func (f *File) Start(ctx context.Context) error {
 	if err := f.checkMounted(); err != nil {
 		return err
 	}
-	for _, dir := range []string{f.volumes, f.snapshots} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return fmt.Errorf("creating state directory: %w", err)
-		}
+	if err := f.makeStateDirs(); err != nil {
+		return err
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(f.path, &st); err != nil {
@@ -107,6 +106,36 @@ func (f *File) checkMounted() error {
 	if self.Dev == parent.Dev && self.Ino != parent.Ino {
 		return fmt.Errorf("%s is not a mount point and holds no %s directory: is the disk mounted? (create %s to use a plain directory)",
 			f.path, stateDirName, filepath.Join(f.path, stateDirName))
+	}
+	return nil
+}
+
+// stateDirMode is the mode of the state directories: only the driver (root)
+// reads the records or opens the data files, which hold the volumes' data.
+// Records and data files are created 0600.
+const stateDirMode os.FileMode = 0o700
+
+// makeStateDirs creates the state directories, or checks and tightens
+// existing ones (<path>/diskfit may have been made by hand). Each must be
+// a real directory: a symlink would send records and data files, and
+// their removal, to wherever it points.
+func (f *File) makeStateDirs() error {
+	for _, dir := range []string{filepath.Dir(f.volumes), f.volumes, f.snapshots} {
+		if err := os.Mkdir(dir, stateDirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("creating state directory: %w", err)
+		}
+		st, err := os.Lstat(dir)
+		if err != nil {
+			return fmt.Errorf("state directory: %w", err)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("state directory %s is not a directory (%s)", dir, st.Mode().Type())
+		}
+		if st.Mode().Perm() != stateDirMode {
+			if err := os.Chmod(dir, stateDirMode); err != nil {
+				return fmt.Errorf("restricting state directory: %w", err)
+			}
+		}
 	}
 	return nil
 }
@@ -181,17 +210,27 @@ func cutBack(ctx context.Context, path string, size int64) error {
 	return nil
 }
 
-// Health implements Backend.
+// Health implements Backend. A disk is unhealthy when its path is gone,
+// when another filesystem is at its path (it was unmounted), or when its
+// filesystem cannot read the volume directory: a filesystem whose device
+// failed or disappeared while mounted shuts down (XFS, ext4) and answers
+// reads with EIO, even for what stat would still serve from the cache.
 func (f *File) Health(_ context.Context) error {
 	var st unix.Stat_t
 	if err := unix.Stat(f.path, &st); err != nil {
-		return fmt.Errorf("disk path %s is gone: %w", f.path, err)
+		return fmt.Errorf("disk path %s: %w", f.path, err)
 	}
 	if st.Dev != f.dev {
 		return fmt.Errorf("the filesystem at %s changed (device %d, was %d): was the disk unmounted?", f.path, st.Dev, f.dev)
 	}
-	if _, err := os.Stat(f.volumes); err != nil {
-		return fmt.Errorf("volume directory missing: %w", err)
+	fd, err := unix.Open(f.volumes, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening volume directory %s: %w", f.volumes, err)
+	}
+	defer unix.Close(fd)
+	var buf [4096]byte
+	if _, err := unix.Getdents(fd, buf[:]); err != nil {
+		return fmt.Errorf("reading volume directory %s: %w (has the disk's device failed?)", f.volumes, err)
 	}
 	return nil
 }
@@ -287,7 +326,7 @@ func makeDataFile(path, source string, size int64) error {
 	}
 	defer out.Close()
 	if source != "" {
-		in, err := os.Open(source)
+		in, err := os.OpenFile(source, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			return fmt.Errorf("opening source: %w", err)
 		}
@@ -375,20 +414,46 @@ func (f *File) GetVolume(ctx context.Context, key string) (*Volume, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnhealthy, err)
 	}
 	var vol Volume
-	if err := readRecord(filepath.Join(f.volumes, key+metaSuffix), &vol, &vol.State); err != nil {
+	if err := readRecord(filepath.Join(f.volumes, key+metaSuffix), key, &vol.Key, &vol, &vol.State); err != nil {
+		return nil, err
+	}
+	if err := checkDataFile(f.volumeFile(key)); err != nil {
 		return nil, err
 	}
 	return &vol, nil
 }
 
-// readRecord reads a record and returns ErrNotFound unless it is ready.
-func readRecord(path string, v any, state *State) error {
+// checkDataFile refuses a data file that is not a regular file: a symlink
+// or device planted in the state directory must never be attached, grown,
+// cloned or reported as a volume. A missing one is not refused here; the
+// volume's health reports it.
+func checkDataFile(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("data file: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%w: data file %s is not a regular file (%s)", ErrNotFound, path, st.Mode().Type())
+	}
+	return nil
+}
+
+// readRecord reads the record of key and returns ErrNotFound unless it is
+// ready and names that key: the key in a record is used to build paths, so
+// a record that names another one (copied or tampered with) is not trusted.
+func readRecord(path, key string, recordKey *string, v any, state *State) error {
 	err := readJSON(path, v)
 	if errors.Is(err, fs.ErrNotExist) {
 		return ErrNotFound
 	}
 	if err != nil {
 		return err
+	}
+	if *recordKey != key {
+		return fmt.Errorf("%w: record %s names key %q", ErrNotFound, path, *recordKey)
 	}
 	if *state != StateReady {
 		return fmt.Errorf("%w: record %s is %s", ErrNotFound, path, *state)
@@ -432,7 +497,7 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 	if size <= vol.SizeBytes {
 		return vol, f.refreshLoop(ctx, key, vol.SizeBytes)
 	}
-	file, err := os.OpenFile(f.volumeFile(key), os.O_WRONLY, 0)
+	file, err := os.OpenFile(f.volumeFile(key), os.O_WRONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening data file: %w", err)
 	}
@@ -494,7 +559,7 @@ func (f *File) VolumeHealth(ctx context.Context, key string) error {
 	if err := f.Health(ctx); err != nil {
 		return err
 	}
-	if _, err := os.Stat(f.volumeFile(key)); err != nil {
+	if _, err := os.Lstat(f.volumeFile(key)); err != nil {
 		return fmt.Errorf("backing file: %w", err)
 	}
 	return nil
@@ -538,7 +603,7 @@ func (f *File) Detach(ctx context.Context, key string) error {
 // ext4 both; dirty page cache over them counts as data), so one system
 // call proves it blank. A reflink copy shares written extents and is not.
 func (f *File) Blank(_ context.Context, key string) (bool, error) {
-	fd, err := unix.Open(f.volumeFile(key), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(f.volumeFile(key), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return false, fmt.Errorf("opening data file: %w", err)
 	}
@@ -604,7 +669,10 @@ func (f *File) GetSnapshot(ctx context.Context, key string) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnhealthy, err)
 	}
 	var snap Snapshot
-	if err := readRecord(filepath.Join(f.snapshots, key+metaSuffix), &snap, &snap.State); err != nil {
+	if err := readRecord(filepath.Join(f.snapshots, key+metaSuffix), key, &snap.Key, &snap, &snap.State); err != nil {
+		return nil, err
+	}
+	if err := checkDataFile(f.snapshotFile(key)); err != nil {
 		return nil, err
 	}
 	return &snap, nil
@@ -667,7 +735,13 @@ func probeReflink(dir string) bool {
 }
 
 func readJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
+	// Records are small; a symlink in their place is not followed.
+	file, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("reading record: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(file, maxRecordBytes))
+	file.Close()
 	if err != nil {
 		return fmt.Errorf("reading record: %w", err)
 	}
@@ -676,6 +750,10 @@ func readJSON(path string, v any) error {
 	}
 	return nil
 }
+
+// maxRecordBytes bounds what is read of a record; a real one is a few
+// hundred bytes.
+const maxRecordBytes = 64 << 10
 
 // writeJSONAtomic replaces path with v's JSON: write a temporary file, fsync
 // it and rename it over path, so readers (and a restarted driver) see the

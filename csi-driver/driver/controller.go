@@ -383,7 +383,7 @@ func (d *Driver) getVolume(ctx context.Context, id string) (*disk, *backend.Volu
 	}
 	vol, err := dk.backend.GetVolume(ctx, key)
 	if err != nil {
-		return nil, nil, toStatus(fmt.Errorf("volume %q: %w", id, err))
+		return nil, nil, toStatus(fmt.Errorf("volume %q on disk %s: %w", id, dk.name, err))
 	}
 	return dk, vol, nil
 }
@@ -412,14 +412,33 @@ func (d *Driver) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 // volumeHealth reports whether a volume's data is reachable. CSI 1.13
 // replaced the volume condition with these health entries; an empty list
 // means healthy.
-func volumeHealth(ctx context.Context, dk *disk, key string) *csi.VolumeHealth {
+func (d *Driver) volumeHealth(ctx context.Context, dk *disk, key string) *csi.VolumeHealth {
 	h := &csi.VolumeHealth{VolumeId: makeID(dk.name, key)}
-	if err := dk.backend.VolumeHealth(ctx, key); err != nil {
-		h.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
-			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "BackingStorageMissing", Message: err.Error(),
-		}}
+	inaccessible := func(reason, msg string) {
+		h.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: reason, Message: msg}}
+	}
+	if err := dk.health(ctx); err != nil {
+		inaccessible("DiskUnhealthy", fmt.Sprintf("disk %s on node %s is unhealthy: %v", dk.name, d.cfg.NodeID, err))
+	} else if err := dk.backend.VolumeHealth(ctx, key); err != nil {
+		inaccessible("BackingStorageMissing", err.Error())
 	}
 	return h
+}
+
+// healthOf answers the health RPCs for one volume ID. A volume on an
+// unhealthy disk is INACCESSIBLE: its record cannot be read to tell
+// whether it exists, and the CO asks only about volumes it knows.
+func (d *Driver) healthOf(ctx context.Context, id string) (*csi.VolumeHealth, error) {
+	dk, key, err := d.volumeOf(id)
+	if err != nil {
+		return nil, err
+	}
+	if dk.health(ctx) == nil {
+		if _, _, err := d.getVolume(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return d.volumeHealth(ctx, dk, key), nil
 }
 
 // ListVolumes implements csi.ControllerServer. The token is the ID of the
@@ -492,11 +511,11 @@ func (d *Driver) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 // ControllerGetVolumeHealth implements csi.ControllerServer: a volume whose
 // backing file or disk is gone is INACCESSIBLE.
 func (d *Driver) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
-	dk, vol, err := d.getVolume(ctx, req.GetVolumeId())
+	h, err := d.healthOf(ctx, req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: volumeHealth(ctx, dk, vol.Key)}, nil
+	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: h}, nil
 }
 
 // ControllerListVolumeHealth implements csi.ControllerServer, paged like
@@ -512,7 +531,7 @@ func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 		if err != nil {
 			return nil, err
 		}
-		resp.Entries = append(resp.Entries, volumeHealth(ctx, dk, key))
+		resp.Entries = append(resp.Entries, d.volumeHealth(ctx, dk, key))
 	}
 	return resp, nil
 }

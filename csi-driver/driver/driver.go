@@ -107,8 +107,9 @@ type Driver struct {
 	exec       utilexec.Interface
 	ready      atomic.Bool
 	// kick asks the status loop for an early refresh.
-	kick    chan struct{}
-	metrics metrics.CSIMetricsManager
+	kick        chan struct{}
+	metrics     metrics.CSIMetricsManager
+	diskMetrics *diskMetrics
 }
 
 // New validates cfg and builds the driver. Nothing touches the disks until Run.
@@ -152,6 +153,7 @@ func New(cfg Config) (*Driver, error) {
 		kick:       make(chan struct{}, 1),
 		metrics:    metrics.NewCSIMetricsManagerForPlugin(diskfit.DriverName),
 	}
+	d.diskMetrics = newDiskMetrics(d.metrics.GetRegistry())
 	for _, dc := range cfg.Node.Disks {
 		var b backend.Backend
 		switch dc.Backend {
@@ -253,6 +255,15 @@ func (d *Driver) Run(ctx context.Context) error {
 	return nil
 }
 
+// Permissions of the CSI socket and of its directory when the driver makes
+// it. Whoever can connect to the socket can mount any volume anywhere below
+// the kubelet directory, so only root (the kubelet, the sidecars) and the
+// socket's group may.
+const (
+	socketMode    os.FileMode = 0o660
+	socketDirMode os.FileMode = 0o750
+)
+
 // listen opens the unix socket, replacing a stale one of a previous run.
 func listen(endpoint string) (net.Listener, error) {
 	path := strings.TrimPrefix(endpoint, "unix://")
@@ -262,12 +273,18 @@ func listen(endpoint string) (net.Listener, error) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing stale socket: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), socketDirMode); err != nil {
 		return nil, fmt.Errorf("creating socket directory: %w", err)
 	}
 	lis, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	// net.Listen creates the socket with 0777 less the umask; nobody can
+	// have connected before this chmod through a directory made above.
+	if err := os.Chmod(path, socketMode); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("restricting socket %s: %w", path, err)
 	}
 	return lis, nil
 }

@@ -45,9 +45,10 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 	}, nil
 }
 
-// checkPath validates a stage or publish path: absolute, clean, and below
-// the kubelet directory even after resolving symlinks of its parent, so a
-// request can never make the driver mount over something else on the host.
+// checkPath validates a stage or publish path: absolute, clean, not itself
+// a symlink, and below the kubelet directory even after resolving symlinks
+// of its parent, so a request can never make the driver mount over, remove
+// or report on something else on the host.
 func (d *Driver) checkPath(kind, p string) (string, error) {
 	switch {
 	case p == "":
@@ -66,6 +67,11 @@ func (d *Driver) checkPath(kind, p string) (string, error) {
 	}
 	if parent, err := filepath.EvalSymlinks(filepath.Dir(clean)); err == nil && outside(filepath.Join(parent, filepath.Base(clean))) {
 		return "", status.Errorf(codes.InvalidArgument, "%s %s resolves outside the kubelet directory %s", kind, p, d.kubeletDir)
+	}
+	// The kubelet never passes a symlink; mount(2) and removal would
+	// follow one wherever it points.
+	if st, err := os.Lstat(clean); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		return "", status.Errorf(codes.InvalidArgument, "%s %s is a symlink", kind, p)
 	}
 	return clean, nil
 }
@@ -445,21 +451,28 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, err
 	}
-	mounted, err := d.isMountPoint(req.GetVolumePath())
-	if err != nil || !mounted {
-		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s", req.GetVolumeId(), req.GetVolumePath())
-	}
-	st, err := os.Stat(req.GetVolumePath())
+	// A volume is only ever published below the kubelet directory, so at
+	// any other path (or a symlink) it is not found, and that path is not
+	// looked at. Checked after the lookup, as the CSI spec orders them.
+	volumePath, err := d.checkPath("volume path", req.GetVolumePath())
 	if err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", req.GetVolumePath(), err)
+		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s: %s", req.GetVolumeId(), req.GetVolumePath(), status.Convert(err).Message())
+	}
+	mounted, err := d.isMountPoint(volumePath)
+	if err != nil || !mounted {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s", req.GetVolumeId(), volumePath)
+	}
+	st, err := os.Stat(volumePath)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume path %s: %v", volumePath, err)
 	}
 	if !st.IsDir() {
 		// A Block volume: only its size is known.
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: vol.SizeBytes}}}, nil
 	}
 	var sfs unix.Statfs_t
-	if err := unix.Statfs(req.GetVolumePath(), &sfs); err != nil {
-		if h := volumeHealth(ctx, dk, vol.Key); len(h.HealthStatuses) > 0 {
+	if err := unix.Statfs(volumePath, &sfs); err != nil {
+		if h := d.volumeHealth(ctx, dk, vol.Key); len(h.HealthStatuses) > 0 {
 			return nil, status.Errorf(codes.Internal, "volume %s is unhealthy: %s", req.GetVolumeId(), h.HealthStatuses[0].Message)
 		}
 		return nil, status.Errorf(codes.Internal, "statfs %s: %v", req.GetVolumePath(), err)
@@ -473,11 +486,11 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 
 // NodeGetVolumeHealth implements csi.NodeServer.
 func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
-	dk, vol, err := d.getVolume(ctx, req.GetVolumeId())
+	h, err := d.healthOf(ctx, req.GetVolumeId())
 	if err != nil {
 		return nil, err
 	}
-	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: volumeHealth(ctx, dk, vol.Key)}, nil
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: h}, nil
 }
 
 // NodeGetStorageHealth implements csi.NodeServer: one entry per unhealthy

@@ -60,13 +60,14 @@ func (d *Driver) Observe(ctx context.Context) *v1alpha1.DiskNodeStatus {
 	return st
 }
 
-// publish observes and publishes the status once and reports whether it
-// reached the API.
+// publish observes the disks, sets the per-disk metrics from what it saw,
+// publishes the status and reports whether it reached the API.
 func (d *Driver) publish(ctx context.Context) bool {
+	st := d.Observe(ctx)
+	d.diskMetrics.observe(d.cfg.NodeID, st)
 	if d.cfg.Status == nil {
 		return true
 	}
-	st := d.Observe(ctx)
 	if err := d.cfg.Status.Publish(ctx, st); err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing DiskNode status failed")
 		return false

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -74,6 +75,10 @@ func New(t testing.TB, fsType string, size int64) string {
 	f.Close()
 	dev := strings.TrimSpace(Run(t, "losetup", "--find", "--show", img))
 	t.Cleanup(func() {
+		// A test that made the disk disappear may have detached it.
+		if !slices.Contains(LoopsBelow(dir), dev) {
+			return
+		}
 		if _, err := Output("losetup", "--detach", dev); err != nil {
 			t.Errorf("detaching disk loop device: %v", err)
 		}
@@ -122,6 +127,20 @@ func Teardown(t testing.TB, root string) {
 			}
 		}
 	}
+}
+
+// Source returns the device mounted at mountPoint, "" when none is.
+func Source(mountPoint string) string {
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	for _, mi := range infos {
+		if mi.MountPoint == mountPoint {
+			return mi.Source
+		}
+	}
+	return ""
 }
 
 // MountsBelow lists mount points at or below root, deepest first.
