@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -36,6 +38,7 @@ type options struct {
 	kubeletDir     string
 	metricsAddress string
 	resync         time.Duration
+	orphanGrace    time.Duration
 	logging        *logsapi.LoggingConfiguration
 }
 
@@ -49,6 +52,8 @@ func main() {
 	fs.StringVar(&o.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet root directory; stage and publish paths must be below it")
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "address to serve /metrics on (e.g. :9808); empty disables it")
 	fs.DurationVar(&o.resync, "disknode-resync", 30*time.Second, "how often the DiskNode status is refreshed")
+	fs.DurationVar(&o.orphanGrace, "orphan-grace-period", 10*time.Minute,
+		"remove volumes without a PersistentVolume (and snapshots without a VolumeSnapshotContent) once they are this old; 0 disables it")
 	logsapi.AddFlags(o.logging, fs)
 	logs.InitLogs()
 	defer logs.FlushLogs()
@@ -99,20 +104,40 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating DiskNode client: %w", err)
 	}
-	d, err := driver.New(driver.Config{
-		Endpoint:       o.endpoint,
-		NodeID:         o.nodeID,
-		Node:           nodeCfg,
-		KubeletDir:     o.kubeletDir,
-		MetricsAddress: o.metricsAddress,
-		StatusInterval: o.resync,
-		PVCs:           kube.PVCGetter{Client: kc},
-		Status:         kube.DiskNodePublisher{Kube: kc, DiskFit: dc, NodeName: o.nodeID},
-		Faults:         faults,
-	})
+	cfg := driver.Config{
+		Endpoint:          o.endpoint,
+		NodeID:            o.nodeID,
+		Node:              nodeCfg,
+		KubeletDir:        o.kubeletDir,
+		MetricsAddress:    o.metricsAddress,
+		StatusInterval:    o.resync,
+		PVCs:              kube.PVCGetter{Client: kc},
+		Status:            kube.DiskNodePublisher{Kube: kc, DiskFit: dc, NodeName: o.nodeID},
+		OrphanGracePeriod: o.orphanGrace,
+		Faults:            faults,
+	}
+	// The PV informer runs only when the sweep does, and stops (Shutdown
+	// waits for it) when run returns, whyever it does.
+	factory := informers.NewSharedInformerFactory(kc, 0)
+	defer factory.Shutdown()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.orphanGrace > 0 {
+		dyn, err := dynamic.NewForConfig(restCfg)
+		if err != nil {
+			return fmt.Errorf("creating dynamic client: %w", err)
+		}
+		orphans, err := kube.NewOrphanFinder(kc, dyn, factory)
+		if err != nil {
+			return err
+		}
+		cfg.Orphans = orphans
+	}
+	d, err := driver.New(cfg)
 	if err != nil {
 		return err
 	}
+	factory.Start(ctx.Done())
 	return d.Run(ctx)
 }
 

@@ -66,6 +66,12 @@ type Config struct {
 	PVCs PVCGetter
 	// Status publishes the DiskNode; nil means nothing is published.
 	Status StatusPublisher
+	// Orphans finds volumes and snapshots that no API object refers to;
+	// nil disables the orphan sweep.
+	Orphans OrphanFinder
+	// OrphanGracePeriod is how old a volume or snapshot without its API
+	// object must be before it is removed; 0 disables the orphan sweep.
+	OrphanGracePeriod time.Duration
 	// Faults stops the driver at a step of an operation, for crash tests
 	// (see package fault); nil otherwise.
 	Faults *fault.Injector
@@ -110,6 +116,8 @@ type Driver struct {
 	kick        chan struct{}
 	metrics     metrics.CSIMetricsManager
 	diskMetrics *diskMetrics
+	// now is the clock the orphan sweep ages volumes by.
+	now func() time.Time
 }
 
 // New validates cfg and builds the driver. Nothing touches the disks until Run.
@@ -132,6 +140,9 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.StatusInterval <= 0 {
 		errs = append(errs, errors.New("status interval must be positive"))
 	}
+	if cfg.OrphanGracePeriod < 0 {
+		errs = append(errs, errors.New("orphan grace period must not be negative"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("invalid driver config: %w", err)
 	}
@@ -151,6 +162,7 @@ func New(cfg Config) (*Driver, error) {
 		mounter:    mount.NewSafeFormatAndMount(mount.New(""), ex),
 		exec:       ex,
 		kick:       make(chan struct{}, 1),
+		now:        time.Now,
 		metrics:    metrics.NewCSIMetricsManagerForPlugin(diskfit.DriverName),
 	}
 	d.diskMetrics = newDiskMetrics(d.metrics.GetRegistry())
@@ -228,6 +240,13 @@ func (d *Driver) Run(ctx context.Context) error {
 		defer close(statusDone)
 		d.statusLoop(ctx)
 	}()
+	orphansDone := make(chan struct{})
+	go func() {
+		defer close(orphansDone)
+		if d.cfg.Orphans != nil && d.cfg.OrphanGracePeriod > 0 {
+			d.orphanLoop(ctx)
+		}
+	}()
 	logger.Info("Serving CSI", "endpoint", d.cfg.Endpoint, "node", d.cfg.NodeID, "disks", len(d.disks))
 
 	select {
@@ -252,6 +271,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		_ = httpSrv.Shutdown(shutdownCtx)
 	}
 	<-statusDone
+	<-orphansDone
 	return nil
 }
 

@@ -1,0 +1,281 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/informers"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/kube"
+)
+
+const orphanGrace = 10 * time.Minute
+
+// orphanEnv is a driver on a real XFS disk whose orphan sweep asks a
+// kube.OrphanFinder backed by fake API clients.
+type orphanEnv struct {
+	*env
+	dynamic *dynamicfake.FakeDynamicClient
+	// stopPVs stops the PV informer; its cache then lags the API.
+	stopPVs context.CancelFunc
+}
+
+func newOrphanEnv(t *testing.T, startInformer bool, snapshotContents ...*unstructured.Unstructured) *orphanEnv {
+	t.Helper()
+	e := &orphanEnv{env: newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: 4 * gi}}, nil)}
+	objs := make([]runtime.Object, 0, len(snapshotContents))
+	for _, c := range snapshotContents {
+		objs = append(objs, c)
+	}
+	e.dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{kube.VolumeSnapshotContents: "VolumeSnapshotContentList"}, objs...)
+	factory := informers.NewSharedInformerFactory(e.kube, 0)
+	finder, err := kube.NewOrphanFinder(e.kube, e.dynamic, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	e.stopPVs = cancel
+	t.Cleanup(func() {
+		cancel()
+		factory.Shutdown()
+	})
+	if startInformer {
+		factory.Start(ctx.Done())
+		factory.WaitForCacheSync(ctx.Done())
+	}
+	e.d.cfg.Orphans = finder
+	e.d.cfg.OrphanGracePeriod = orphanGrace
+	return e
+}
+
+func (e *orphanEnv) addPV(t *testing.T, name, driver, handle string) {
+	t.Helper()
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}}}
+	if _, err := e.kube.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitForPVCache waits until the PV informer has seen n PVs.
+func (e *orphanEnv) waitForPVCache(t *testing.T, n int) {
+	t.Helper()
+	finder := e.d.cfg.Orphans.(*kube.OrphanFinder)
+	if err := waitFor(e.ctx, func() (bool, error) { return finder.CachedPVs() == n, nil }); err != nil {
+		t.Fatalf("the PV cache never held %d PVs", n)
+	}
+}
+
+// snapshotContent is a VolumeSnapshotContent naming handle in its status
+// (a snapshot the driver made) or in its spec (a pre-provisioned one).
+func snapshotContent(name, handle string, preProvisioned bool) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"driver": diskfit.DriverName, "source": map[string]any{"volumeHandle": "only:pvc-x"}},
+	}}
+	if preProvisioned {
+		_ = unstructured.SetNestedField(u.Object, map[string]any{"snapshotHandle": handle}, "spec", "source")
+	} else {
+		_ = unstructured.SetNestedField(u.Object, handle, "status", "snapshotHandle")
+	}
+	return u
+}
+
+func (e *orphanEnv) snapshot(t *testing.T, name, volumeID string) {
+	t.Helper()
+	if _, err := e.d.CreateSnapshot(e.ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: volumeID}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// remaining lists the IDs of the volumes and snapshots left.
+func (e *orphanEnv) remaining(t *testing.T) []string {
+	t.Helper()
+	vols, err := e.d.ListVolumes(e.ctx, &csi.ListVolumesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := e.d.ListSnapshots(e.ctx, &csi.ListSnapshotsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, v := range vols.Entries {
+		ids = append(ids, v.Volume.VolumeId)
+	}
+	for _, s := range snaps.Entries {
+		ids = append(ids, "snapshot "+s.Snapshot.SnapshotId)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (e *orphanEnv) removed(t *testing.T) map[string]float64 {
+	t.Helper()
+	got := map[string]float64{}
+	for _, kind := range []string{orphanVolume, orphanSnapshot} {
+		v, err := testutil.GetCounterMetricValue(e.d.diskMetrics.orphansRemoved.WithLabelValues(kind))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[kind] = v
+	}
+	return got
+}
+
+// TestOrphanSweep makes one volume or snapshot for each case of the sweep
+// on one disk, sweeps once with the clock past the grace period for all
+// but the young ones, and checks that exactly the orphans went, that they
+// were counted, and that the DiskNode shows what is left.
+func TestOrphanSweep(t *testing.T) {
+	e := newOrphanEnv(t, true,
+		snapshotContent("content-bound", "only:snap-bound", false),
+		snapshotContent("content-preprovisioned", "only:snap-preprovisioned", true))
+	create := func(name string) string { return e.mustCreate(t, createReq(name, 300*mi)).VolumeId }
+
+	// CreateVolume succeeded but no PV was ever made (the PVC was deleted
+	// while it was provisioned).
+	create("pvc-never-bound")
+	// The PV was deleted and DeleteVolume never came.
+	e.addPV(t, "pv-deleted", diskfit.DriverName, create("pvc-pv-deleted"))
+	if err := e.kube.CoreV1().PersistentVolumes().Delete(e.ctx, "pv-deleted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A PV of another driver with the same handle is not this volume's.
+	e.addPV(t, "pv-other-driver", "other.csi.example.com", create("pvc-other-driver"))
+	// Bound volumes, one known to the informer, one made while it lagged.
+	bound := create("pvc-bound")
+	e.addPV(t, "pv-bound", diskfit.DriverName, bound)
+	e.waitForPVCache(t, 2)
+	e.stopPVs()
+	e.addPV(t, "pv-late", diskfit.DriverName, create("pvc-late-pv"))
+	// In use on this node, whatever the API says.
+	attached := create("pvc-attached")
+	e.stage(t, attached, mountCap())
+	// Snapshots with and without their content.
+	e.snapshot(t, "snap-orphan", bound)
+	e.snapshot(t, "snap-bound", bound)
+	e.snapshot(t, "snap-preprovisioned", bound)
+	cut := time.Now()
+	create("pvc-young")
+	e.snapshot(t, "snap-young", bound)
+	e.d.now = func() time.Time { return cut.Add(orphanGrace) }
+
+	e.d.sweepOrphans(e.ctx)
+	want := []string{"only:pvc-attached", "only:pvc-bound", "only:pvc-late-pv", "only:pvc-young",
+		"snapshot only:snap-bound", "snapshot only:snap-preprovisioned", "snapshot only:snap-young"}
+	if got := e.remaining(t); !slices.Equal(got, want) {
+		t.Errorf("after the sweep:\n got  %v\n want %v", got, want)
+	}
+	if got, want := e.removed(t), map[string]float64{orphanVolume: 3, orphanSnapshot: 1}; !maps.Equal(got, want) {
+		t.Errorf("diskfit_orphans_removed_total %v, want %v", got, want)
+	}
+	for _, gone := range []string{"pvc-never-bound", "pvc-pv-deleted", "pvc-other-driver"} {
+		for _, suffix := range []string{".json", ".img"} {
+			if files, _ := filepath.Glob(filepath.Join(e.paths["only"], "diskfit", "volumes", gone+suffix)); len(files) != 0 {
+				t.Errorf("files of the removed volume left: %v", files)
+			}
+		}
+	}
+	e.d.publish(e.ctx)
+	dn, err := e.diskfit.DiskfitV1alpha1().DiskNodes().Get(e.ctx, testNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := dn.Status.Disk("only").VolumeCount; n != 4 {
+		t.Errorf("DiskNode counts %d volumes, want the 4 left", n)
+	}
+	// A second sweep finds nothing more.
+	e.d.sweepOrphans(e.ctx)
+	if got := e.remaining(t); !slices.Equal(got, want) {
+		t.Errorf("after a second sweep: %v", got)
+	}
+}
+
+// TestOrphanSweepRemovesNothingWhenUnsure sweeps a disk holding one old
+// volume and one old snapshot, neither with an API object, whenever the
+// API cannot say for sure that they are orphans: nothing is removed.
+func TestOrphanSweepRemovesNothingWhenUnsure(t *testing.T) {
+	apiDown := errors.New("the API server is unreachable")
+	// The snapshot has its content, so only the volume is in question.
+	content := snapshotContent("content", "only:snap-old", false)
+	tests := []struct {
+		name     string
+		setup    func(e *orphanEnv)
+		synced   bool
+		contents []*unstructured.Unstructured
+	}{
+		{name: "PV cache not synced", setup: func(*orphanEnv) {}, contents: []*unstructured.Unstructured{content}},
+		{name: "listing PVs fails", synced: true, contents: []*unstructured.Unstructured{content}, setup: func(e *orphanEnv) {
+			e.kube.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, apiDown })
+		}},
+		{name: "listing VolumeSnapshotContents fails", synced: true, setup: func(e *orphanEnv) {
+			// The volume has its PV, so only the snapshot is in question.
+			e.addPV(t, "pv", diskfit.DriverName, "only:pvc-old")
+			e.dynamic.PrependReactor("list", "volumesnapshotcontents", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, apiDown })
+		}},
+		{name: "grace period 0 disables the sweep", synced: true, setup: func(e *orphanEnv) { e.d.cfg.OrphanGracePeriod = 0 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newOrphanEnv(t, tt.synced, tt.contents...)
+			vol := e.mustCreate(t, createReq("pvc-old", 300*mi))
+			e.snapshot(t, "snap-old", vol.VolumeId)
+			tt.setup(e)
+			e.d.now = func() time.Time { return time.Now().Add(time.Hour) }
+			e.d.sweepOrphans(e.ctx)
+			if got, want := e.remaining(t), []string{"only:pvc-old", "snapshot only:snap-old"}; !slices.Equal(got, want) {
+				t.Errorf("left %v, want %v", got, want)
+			}
+			if got := e.removed(t); got[orphanVolume]+got[orphanSnapshot] != 0 {
+				t.Errorf("counted removals %v", got)
+			}
+		})
+	}
+}
+
+// TestOrphanSweepRuns runs the driver with a 1 ms grace period (sweeps
+// every second): a volume made without a PV goes on its own, one whose PV
+// exists stays, and /metrics counts the removal.
+func TestOrphanSweepRuns(t *testing.T) {
+	e := newOrphanEnv(t, true)
+	e.addPV(t, "pv-bound", diskfit.DriverName, "only:pvc-bound")
+	e.waitForPVCache(t, 1)
+	cfg := e.d.cfg
+	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	cfg.MetricsAddress = freePort(t)
+	cfg.OrphanGracePeriod = time.Millisecond
+	ctx := runDriver(t, e.ctx, cfg)
+	conn := dial(t, cfg.Endpoint)
+	for _, name := range []string{"pvc-bound", "pvc-orphan"} {
+		if err := invoke(ctx, conn, createReq(name, 300*mi)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counter := fmt.Sprintf(`diskfit_orphans_removed_total{kind=%q}`, orphanVolume)
+	if err := waitFor(ctx, func() (bool, error) { return scrape(t, cfg.MetricsAddress)[counter] == 1, nil }); err != nil {
+		t.Fatalf("%s never reached 1: %v", counter, err)
+	}
+	list, err := csi.NewControllerClient(conn).ListVolumes(ctx, &csi.ListVolumesRequest{})
+	if err != nil || len(list.Entries) != 1 || list.Entries[0].Volume.VolumeId != "only:pvc-bound" {
+		t.Errorf("volumes left %v, %v; want only:pvc-bound", list, err)
+	}
+}

@@ -1,0 +1,152 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/pager"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+)
+
+// VolumeSnapshotContents is external-snapshotter's cluster-scoped CRD
+// binding a CSI snapshot handle to a VolumeSnapshot.
+var VolumeSnapshotContents = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
+
+// volumeHandleIndex indexes PVs of this driver by their CSI volume handle.
+const volumeHandleIndex = "diskfit.io/volume-handle"
+
+// OrphanFinder tells the driver which of its volumes no PersistentVolume
+// and which of its snapshots no VolumeSnapshotContent refers to.
+//
+// PVs are watched through an informer, so that a sweep in which every
+// volume has its PV makes no API call; a volume the cache has no PV for is
+// confirmed by listing the PVs from the API server, because a lagging
+// cache (a broken watch, a PV made a moment ago) must never cost a volume.
+// VolumeSnapshotContents are listed from the API server when there is a
+// snapshot to ask about; they are a CRD that may not be installed, and
+// there are few of them.
+type OrphanFinder struct {
+	client  kubernetes.Interface
+	dynamic dynamic.Interface
+	pvs     cache.SharedIndexInformer
+}
+
+// NewOrphanFinder registers a PV informer with factory, which the caller
+// starts. dyn may be nil: snapshots are then never reported as orphans.
+func NewOrphanFinder(client kubernetes.Interface, dyn dynamic.Interface, factory informers.SharedInformerFactory) (*OrphanFinder, error) {
+	pvs := factory.Core().V1().PersistentVolumes().Informer()
+	if err := pvs.AddIndexers(cache.Indexers{volumeHandleIndex: func(obj any) ([]string, error) {
+		if handle, ok := volumeHandle(obj.(*corev1.PersistentVolume)); ok {
+			return []string{handle}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, fmt.Errorf("indexing PVs by volume handle: %w", err)
+	}
+	return &OrphanFinder{client: client, dynamic: dyn, pvs: pvs}, nil
+}
+
+func volumeHandle(pv *corev1.PersistentVolume) (string, bool) {
+	csi := pv.Spec.CSI
+	if csi == nil || csi.Driver != diskfit.DriverName {
+		return "", false
+	}
+	return csi.VolumeHandle, true
+}
+
+// VolumesWithoutPV implements driver.OrphanFinder.
+func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string) ([]string, error) {
+	if !f.pvs.HasSynced() {
+		return nil, errors.New("the PV cache has not synced yet")
+	}
+	var uncached []string
+	for _, id := range ids {
+		pvs, err := f.pvs.GetIndexer().ByIndex(volumeHandleIndex, id)
+		if err != nil {
+			return nil, fmt.Errorf("looking up PVs of volume %s: %w", id, err)
+		}
+		if len(pvs) == 0 {
+			uncached = append(uncached, id)
+		}
+	}
+	if len(uncached) == 0 {
+		return nil, nil
+	}
+	handles := sets.New[string]()
+	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return f.client.CoreV1().PersistentVolumes().List(ctx, opts)
+	}, func(obj runtime.Object) {
+		if handle, ok := volumeHandle(obj.(*corev1.PersistentVolume)); ok {
+			handles.Insert(handle)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing PVs: %w", err)
+	}
+	return without(uncached, handles), nil
+}
+
+// SnapshotsWithoutContent implements driver.OrphanFinder. A handle counts
+// whether it is in the content's status (a snapshot this driver made) or
+// in its spec (a pre-provisioned one).
+func (f *OrphanFinder) SnapshotsWithoutContent(ctx context.Context, ids []string) ([]string, error) {
+	if f.dynamic == nil {
+		return nil, errors.New("no client for VolumeSnapshotContents")
+	}
+	handles := sets.New[string]()
+	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return f.dynamic.Resource(VolumeSnapshotContents).List(ctx, opts)
+	}, func(obj runtime.Object) {
+		u := obj.(*unstructured.Unstructured)
+		if driver, _, _ := unstructured.NestedString(u.Object, "spec", "driver"); driver != diskfit.DriverName {
+			return
+		}
+		for _, path := range [][]string{{"status", "snapshotHandle"}, {"spec", "source", "snapshotHandle"}} {
+			if handle, ok, _ := unstructured.NestedString(u.Object, path...); ok && handle != "" {
+				handles.Insert(handle)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing VolumeSnapshotContents: %w", err)
+	}
+	return without(ids, handles), nil
+}
+
+// listAll lists every object from the API server (not its watch cache),
+// page by page, and fails on any error rather than return part of them.
+func listAll(ctx context.Context, list pager.ListPageFunc, each func(runtime.Object)) error {
+	p := pager.New(list)
+	p.PageSize = 500
+	// A consistent read: what is listed includes every object created
+	// before the call.
+	return p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+		each(obj)
+		return nil
+	})
+}
+
+func without(ids []string, handles sets.Set[string]) []string {
+	var out []string
+	for _, id := range ids {
+		if !handles.Has(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// CachedPVs returns how many PVs the informer holds.
+func (f *OrphanFinder) CachedPVs() int { return len(f.pvs.GetStore().ListKeys()) }
