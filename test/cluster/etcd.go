@@ -3,6 +3,8 @@ package cluster
 import (
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -16,6 +18,9 @@ type etcd struct {
 }
 
 func startEtcd(dir string) (*etcd, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	cfg := embed.NewConfig()
 	cfg.Name = "diskfit-test"
 	cfg.Dir = dir
@@ -23,6 +28,8 @@ func startEtcd(dir string) (*etcd, error) {
 	// API write much cheaper on a shared 2-core machine.
 	cfg.UnsafeNoFsync = true
 	cfg.LogLevel = "error"
+	// Beside the data: its shutdown complaints are not for the terminal.
+	cfg.LogOutputs = []string{filepath.Join(filepath.Dir(dir), "etcd.log")}
 	// Port 0 lets the kernel choose free ports; the real ones are read back
 	// from the listeners below.
 	local := url.URL{Scheme: "http", Host: "127.0.0.1:0"}

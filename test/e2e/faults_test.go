@@ -9,8 +9,14 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 )
@@ -145,4 +151,84 @@ func observed(t *testing.T, node string) metav1.Time {
 		t.Fatal(err)
 	}
 	return dn.Status.ObservedTime
+}
+
+// A node is deleted for good (its Node object removed, as an operator or a
+// cloud's node controller does) while a StatefulSet pod runs there with a
+// claim that opted in with diskfit.io/release-on-node-deletion. DiskFit
+// releases the claim; once the pod is gone (the pod garbage collector's job
+// in a real cluster, done by the test here), the StatefulSet recreates the
+// claim and the pod, which run on a live node. On a cluster of its own:
+// the deleted node does not come back.
+func TestStatefulSetMovesOffADeletedNode(t *testing.T) {
+	needLocal(t)
+	second := startSecondCluster(t)
+	client := second.client(t)
+	ctx := ctxFor(t, 6*time.Minute)
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "move"}, Provisioner: diskfit.DriverName,
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sts := statefulSet("move", diskfit.SchedulerName, "move", 1, 300*mi)
+	sts.Spec.VolumeClaimTemplates[0].Annotations = map[string]string{diskfit.ReleaseOnNodeDeletionAnnotation: "true"}
+	if _, err := client.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const claimName = "data0-move-0"
+	first := waitRunning(t, client, "move-0", "")
+	firstClaim, err := client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := client.CoreV1().Nodes().Delete(ctx, first.Spec.NodeName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pvc, err := client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && (pvc.DeletionTimestamp != nil || pvc.UID != firstClaim.UID)), nil
+	})
+	if err != nil {
+		t.Fatalf("the claim on deleted node %s was not released: %v", first.Spec.NodeName, err)
+	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, "move-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+
+	moved := waitRunning(t, client, "move-0", first.UID)
+	if moved.Spec.NodeName == first.Spec.NodeName {
+		t.Fatalf("the pod came back on deleted node %s", first.Spec.NodeName)
+	}
+	claim, err := client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil || claim.UID == firstClaim.UID || claim.Status.Phase != v1.ClaimBound {
+		t.Fatalf("want a new bound claim %s, got %v (err %v)", claimName, claim, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().PersistentVolumes().Get(ctx, firstClaim.Spec.VolumeName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the PV %s of the deleted node was not removed: %v", firstClaim.Spec.VolumeName, err)
+	}
+	t.Logf("pod moved from deleted node %s to %s with a new claim", first.Spec.NodeName, moved.Spec.NodeName)
+}
+
+// waitRunning waits until the default namespace's pod is Running, and is
+// not the pod with UID old.
+func waitRunning(t *testing.T, client kubernetes.Interface, name string, old types.UID) *v1.Pod {
+	t.Helper()
+	var pod *v1.Pod
+	err := wait.PollUntilContextTimeout(ctxFor(t, 3*time.Minute), 500*time.Millisecond, 150*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pod = p
+		return p.UID != old && p.Status.Phase == v1.PodRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s not running: %v; last seen %+v", name, err, pod)
+	}
+	return pod
 }

@@ -35,38 +35,12 @@ func TestLocalClusterLeavesNothingBehind(t *testing.T) {
 	needLocal(t)
 	for _, signal := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(signal.String(), func(t *testing.T) {
-			repo, err := filepath.Abs("../..")
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := filepath.Join(t.TempDir(), "kubeconfig")
-			cmd := exec.Command(filepath.Join(localBin, "localcluster"), "up", "--repo", repo, "--bin-dir", localBin, "--kubeconfig-out", out)
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			dir := filepath.Join("/tmp/dfl", strconv.Itoa(cmd.Process.Pid))
-			deadline := time.Now().Add(3 * time.Minute)
-			for {
-				if _, err := os.Stat(out); err == nil {
-					break
-				}
-				select {
-				case err := <-exited:
-					t.Fatalf("localcluster exited before it was ready: %v", err)
-				case <-time.After(500 * time.Millisecond):
-				}
-				if time.Now().After(deadline) {
-					_ = cmd.Process.Kill()
-					t.Fatal("second local cluster not ready after 3 minutes")
-				}
-			}
+			second := startSecondCluster(t)
+			cmd, exited, dir := second.cmd, second.exited, second.dir
 			if len(mountsUnder(t, dir)) == 0 || len(loopsUnder(t, dir)) == 0 || len(processesUsing(t, dir)) == 0 {
 				t.Fatalf("a running cluster shows no mounts, loop devices or processes under %s", dir)
 			}
-			runPodWithVolume(t, out, dir)
+			runPodWithVolume(t, second.client(t), dir)
 
 			_ = cmd.Process.Signal(signal)
 			select {
@@ -102,12 +76,65 @@ func TestLocalClusterLeavesNothingBehind(t *testing.T) {
 	}
 }
 
-// runPodWithVolume runs a pod with a diskfit volume in the cluster of
-// kubeconfig and checks that its staged volume has a loop device under dir
-// (over a file on a disk, not a disk image), which teardown must detach.
-func runPodWithVolume(t *testing.T, kubeconfig, dir string) {
+// secondCluster is a local cluster of a test's own, for tests that stop,
+// kill or break it.
+type secondCluster struct {
+	cmd        *exec.Cmd
+	exited     chan error
+	dir        string
+	kubeconfig string
+}
+
+// startSecondCluster starts `localcluster up` and waits until it is ready.
+// Cleanup stops it (SIGTERM) unless the test already did.
+func startSecondCluster(t *testing.T) *secondCluster {
 	t.Helper()
-	config, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &secondCluster{kubeconfig: filepath.Join(t.TempDir(), "kubeconfig"), exited: make(chan error, 1)}
+	c.cmd = exec.Command(filepath.Join(localBin, "localcluster"), "up", "--repo", repo, "--bin-dir", localBin, "--kubeconfig-out", c.kubeconfig)
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.exited <- c.cmd.Wait(); close(c.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-c.exited:
+			// Stopped by the test.
+		default:
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-c.exited:
+			case <-time.After(2 * time.Minute):
+				_ = c.cmd.Process.Kill()
+			}
+		}
+	})
+	c.dir = filepath.Join("/tmp/dfl", strconv.Itoa(c.cmd.Process.Pid))
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if _, err := os.Stat(c.kubeconfig); err == nil {
+			return c
+		}
+		select {
+		case err := <-c.exited:
+			t.Fatalf("localcluster exited before it was ready: %v", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = c.cmd.Process.Kill()
+			t.Fatal("second local cluster not ready after 3 minutes")
+		}
+	}
+}
+
+// client returns an admin clientset of the second cluster.
+func (c *secondCluster) client(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	config, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +142,14 @@ func runPodWithVolume(t *testing.T, kubeconfig, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return client
+}
+
+// runPodWithVolume runs a pod with a diskfit volume in the cluster of
+// kubeconfig and checks that its staged volume has a loop device under dir
+// (over a file on a disk, not a disk image), which teardown must detach.
+func runPodWithVolume(t *testing.T, client kubernetes.Interface, dir string) {
+	t.Helper()
 	ctx := ctxFor(t, 3*time.Minute)
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "teardown"}, Provisioner: diskfit.DriverName,
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
@@ -127,7 +162,7 @@ func runPodWithVolume(t *testing.T, kubeconfig, dir string) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, podSpec("staged", diskfit.SchedulerName, "staged"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		pod, err := client.CoreV1().Pods("default").Get(ctx, "staged", metav1.GetOptions{})
 		return err == nil && pod.Status.Phase == v1.PodRunning, nil
 	})

@@ -11,7 +11,8 @@
 //
 // `up` prints the admin kubeconfig path once every node is ready. SIGINT or
 // SIGTERM stop either command and remove every mount, loop device and file
-// it made.
+// it made. While `up` runs, SIGUSR1 starts an API server outage for the
+// diskfit components and sidecars and SIGUSR2 ends it (the fault tests).
 package main
 
 import (
@@ -55,6 +56,20 @@ func main() {
 	klog.InitFlags(fs)
 	_ = fs.Parse(os.Args[2:])
 
+	if os.Args[1] != "up" {
+		// demo, bench and load print tables for people: the in-process API
+		// server's and controllers' logs go to a file instead.
+		path := filepath.Join(os.TempDir(), "localcluster-"+os.Args[1]+".log")
+		logFile, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "localcluster:", err)
+			os.Exit(1)
+		}
+		defer logFile.Close()
+		klog.LogToStderr(false)
+		klog.SetOutput(logFile)
+		fmt.Printf("(logs of this process: %s)\n", path)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	opts := cluster.Options{RepoRoot: *repo, BinDir: *binDir, Nodes: cluster.DefaultNodes(), LogDir: *logDir}
@@ -106,8 +121,17 @@ func up(ctx context.Context, opts cluster.Options, kubeconfigOut string) error {
 		}
 	}
 	fmt.Printf("cluster ready; kubeconfig: %s\nlogs: %s\n", c.Kubeconfig, c.LogDir)
-	<-ctx.Done()
-	return nil
+	outage := make(chan os.Signal, 1)
+	signal.Notify(outage, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(outage)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case sig := <-outage:
+			c.SetAPIServerDown(sig == syscall.SIGUSR1)
+		}
+	}
 }
 
 func findRepo() (string, error) {
