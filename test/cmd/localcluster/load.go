@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -209,6 +210,7 @@ func (l *loadRun) runWave(ctx context.Context, wave, count int, size int64) (wav
 		return res, err
 	}
 	pods := factory.Core().V1().Pods().Lister()
+	claims := factory.Core().V1().PersistentVolumeClaims().Lister()
 	informerCtx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
 	factory.Start(informerCtx.Done())
@@ -235,7 +237,7 @@ func (l *loadRun) runWave(ctx context.Context, wave, count int, size int64) (wav
 		for _, pod := range list {
 			switch {
 			case pod.Status.Phase == v1.PodRunning:
-			case pendingForDisks(pod):
+			case pendingForDisks(pod) && !provisioning(claims, pod):
 				res.pending++
 			default:
 				res.unsettled++
@@ -260,13 +262,15 @@ func (l *loadRun) runWave(ctx context.Context, wave, count int, size int64) (wav
 		return res, err
 	}
 
-	for _, del := range []func(context.Context, metav1.DeleteOptions, metav1.ListOptions) error{
-		l.kube.CoreV1().Pods(ns).DeleteCollection,
-		l.kube.CoreV1().PersistentVolumeClaims(ns).DeleteCollection,
-	} {
-		if err := del(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
-			return res, err
-		}
+	// A graceful delete, as kubectl's: the kubelet unmounts the volume
+	// before the pod is gone, and only then is the claim released. (With
+	// a grace period of 0, the pods' own, the API server would remove the
+	// pods at once.)
+	if err := l.kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}, metav1.ListOptions{}); err != nil {
+		return res, err
+	}
+	if err := l.kube.CoreV1().PersistentVolumeClaims(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return res, err
 	}
 	if err := l.pvs.waitGone(ctx, ns); err != nil {
 		return res, err
@@ -329,6 +333,13 @@ func pendingForDisks(pod *v1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// provisioning reports whether the pod's claim has a node selected: the
+// pod is still being placed, whatever an earlier attempt said.
+func provisioning(claims corelisters.PersistentVolumeClaimLister, pod *v1.Pod) bool {
+	pvc, err := claims.PersistentVolumeClaims(pod.Namespace).Get(pod.Name)
+	return err == nil && pvc.Annotations[diskfit.SelectedNodeAnnotation] != ""
 }
 
 func (l *loadRun) countExhausted(ctx context.Context, ns string) (int, error) {
