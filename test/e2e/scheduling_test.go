@@ -17,7 +17,8 @@ import (
 // The disk choice must reach the PVC in the very update that sets
 // selected-node (DESIGN.md, "The write that must not conflict"): every PVC
 // version that names a node also names a disk, the PV lands on that disk,
-// and the API server refuses no PVC update with a conflict.
+// the claim has a DiskSelected event naming it, and the API server refuses
+// no PVC update with a conflict.
 func TestDiskAndNodeArriveInOneWrite(t *testing.T) {
 	ns := newNamespace(t)
 	class := newStorageClass(t, "")
@@ -78,6 +79,8 @@ func TestDiskAndNodeArriveInOneWrite(t *testing.T) {
 		if p != want {
 			t.Errorf("PVC %s annotated for %+v, volume created on %+v", name, want, p)
 		}
+		// The scheduler says so on the claim.
+		waitForEvent(t, ns, name, "DiskSelected", "disk "+p.disk+" on node "+p.node)
 	}
 	for i := range pods {
 		pod := waitPodScheduled(t, ns, fmt.Sprintf("p%d", i), time.Minute)
