@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	_ "k8s.io/component-base/logs/json/register"
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
@@ -35,6 +36,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// rounds repeats the whole set of selected workloads; each round prints its
+// table, and the last a summary of the ratios over all rounds. Unlike
+// -count, which repeats each workload back to back, a round measures both
+// profiles within minutes of each other, under the same machine load.
+var rounds = flag.Int("rounds", 1, "times to run the selected workloads, each time for both profiles")
+
 // BenchmarkPerfScheduling runs every workload of configFile for the DiskFit
 // and the default profile and prints pods/s per workload and profile with
 // their ratio. It only runs with -bench: each workload starts its own etcd,
@@ -50,13 +57,23 @@ func BenchmarkPerfScheduling(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	perf.RunBenchmarkPerfScheduling(b, configFile, topic, registry(),
-		perf.WithPrepareFn(prepareStorage),
-		perf.WithNodeUpdateFn(addDiskNodes),
-	)
-	items, err := readThroughput(dir.Value.String(), topic)
-	if err != nil {
-		b.Fatal(err)
+	var all [][]throughput
+	for round := range *rounds {
+		perf.RunBenchmarkPerfScheduling(b, configFile, topic, registry(),
+			perf.WithPrepareFn(prepareStorage),
+			perf.WithNodeUpdateFn(addDiskNodes),
+		)
+		items, err := readThroughput(dir.Value.String(), topic)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if *rounds > 1 {
+			fmt.Printf("Round %d of %d, %s\n", round+1, *rounds, time.Now().UTC().Format(time.TimeOnly))
+		}
+		fmt.Print(throughputTable(items))
+		all = append(all, items)
 	}
-	fmt.Print(throughputTable(items))
+	if len(all) > 1 {
+		fmt.Print(ratioSummary(all))
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -81,12 +82,14 @@ func readThroughput(dir, topic string) ([]throughput, error) {
 }
 
 // parseName splits a data item's Name label,
-// "BenchmarkPerfScheduling/<profile>_<pods>/<workload>/<namespace>", into
+// "BenchmarkPerfScheduling/<profile>_<pods>[#NN]/<workload>/<namespace>", into
 // its parts.
 func parseName(name string) (profile, pods, workload string, ok bool) {
 	parts := strings.Split(name, "/")
 	for i := 0; i+1 < len(parts); i++ {
-		profile, pods, found := strings.Cut(parts[i], "_")
+		// A test case run again in the same process gets a "#01" suffix.
+		name, _, _ := strings.Cut(parts[i], "#")
+		profile, pods, found := strings.Cut(name, "_")
 		if found && (profile == profileDefault || profile == profileDiskFit) {
 			return profile, pods, parts[i+1], true
 		}
@@ -136,4 +139,55 @@ func ratio(a, b float64, ok bool) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", a/b)
+}
+
+// ratioSummary renders, per workload, the DiskFit/default ratio of the
+// average throughput in every round and their median.
+func ratioSummary(rounds [][]throughput) string {
+	type key struct{ workload, pods string }
+	ratios := map[key][]float64{}
+	var keys []key
+	for _, items := range rounds {
+		avg := map[key]map[string]float64{}
+		for _, t := range items {
+			k := key{t.workload, t.pods}
+			if avg[k] == nil {
+				avg[k] = map[string]float64{}
+			}
+			avg[k][t.profile] = t.average
+		}
+		for _, t := range items {
+			k := key{t.workload, t.pods}
+			d, f := avg[k][profileDefault], avg[k][profileDiskFit]
+			if t.profile != profileDiskFit || d == 0 {
+				continue
+			}
+			if ratios[k] == nil {
+				keys = append(keys, k)
+			}
+			ratios[k] = append(ratios[k], f/d)
+		}
+	}
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "workload\tpods\trounds\tratio avg per round\tmedian\t")
+	for _, k := range keys {
+		r := ratios[k]
+		each := make([]string, len(r))
+		for i, v := range r {
+			each[i] = fmt.Sprintf("%.2f", v)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%.2f\t\n", k.workload, k.pods, len(r), strings.Join(each, " "), median(r))
+	}
+	_ = w.Flush()
+	return "DiskFit / default, average SchedulingThroughput, over rounds\n" + b.String()
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

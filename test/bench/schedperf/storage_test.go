@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -108,12 +110,18 @@ func addDiskNode(ctx context.Context, kube kubernetes.Interface, client versione
 	if _, err := kube.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("labelling node %s: %w", node.Name, err)
 	}
-	dn := &v1alpha1.DiskNode{ObjectMeta: metav1.ObjectMeta{Name: node.Name}}
+	return createDiskNode(ctx, client, node.Name, disksPerNode)
+}
+
+// createDiskNode creates the DiskNode of a node with the given number of
+// healthy, empty disks, as the node plugin reports them.
+func createDiskNode(ctx context.Context, client versioned.Interface, name string, disks int) error {
+	dn := &v1alpha1.DiskNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	created, err := client.DiskfitV1alpha1().DiskNodes().Create(ctx, dn, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("creating DiskNode %s: %w", node.Name, err)
+		return fmt.Errorf("creating DiskNode %s: %w", name, err)
 	}
-	for d := range disksPerNode {
+	for d := range disks {
 		created.Status.Disks = append(created.Status.Disks, v1alpha1.DiskStatus{
 			Name:          fmt.Sprintf("disk-%d", d),
 			Backend:       v1alpha1.BackendFile,
@@ -125,7 +133,7 @@ func addDiskNode(ctx context.Context, kube kubernetes.Interface, client versione
 	created.Status.ObservedTime = metav1.Now()
 	created.Status.Summarize()
 	if _, err := client.DiskfitV1alpha1().DiskNodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("reporting disks of DiskNode %s: %w", node.Name, err)
+		return fmt.Errorf("reporting disks of DiskNode %s: %w", name, err)
 	}
 	return nil
 }
@@ -138,6 +146,59 @@ type provisioner struct {
 	client kubernetes.Interface
 	claims corelisters.PersistentVolumeClaimLister
 	queue  workqueue.TypedRateLimitingInterface[string]
+	stats  provisionerStats
+}
+
+// provisionerStats tell whether the stand-in served both profiles alike:
+// how long a claim waited from the scheduler's selected-node write (as
+// seen by the stand-in's informer) until the stand-in had bound it, and
+// how often its writes met a conflict.
+type provisionerStats struct {
+	mu        sync.Mutex
+	seen      map[string]time.Time
+	latencies []time.Duration
+	conflicts int
+}
+
+func (s *provisionerStats) enqueued(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.seen[key]; !ok {
+		s.seen[key] = time.Now()
+	}
+}
+
+func (s *provisionerStats) bound(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.seen[key]; ok {
+		s.latencies = append(s.latencies, time.Since(t))
+		delete(s.seen, key)
+	}
+}
+
+func (s *provisionerStats) conflict() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.conflicts++
+}
+
+// String summarises the claims bound so far.
+func (s *provisionerStats) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.latencies) == 0 {
+		return "no claims bound"
+	}
+	l := slices.Clone(s.latencies)
+	slices.Sort(l)
+	var sum time.Duration
+	for _, d := range l {
+		sum += d
+	}
+	return fmt.Sprintf("%d claims bound, selected-node seen to bound: avg %s, p50 %s, p99 %s; %d update conflicts",
+		len(l), (sum / time.Duration(len(l))).Round(time.Millisecond), l[len(l)/2].Round(time.Millisecond),
+		l[len(l)*99/100].Round(time.Millisecond), s.conflicts)
 }
 
 // startProvisioner starts the provisioner for the workload of tCtx and
@@ -152,10 +213,13 @@ func startProvisioner(tCtx ktesting.TContext) error {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "schedperf-provisioner"}),
+		stats: provisionerStats{seen: map[string]time.Time{}},
 	}
 	enqueue := func(obj any) {
 		if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok && needsVolume(pvc) {
-			p.queue.Add(pvc.Namespace + "/" + pvc.Name)
+			key := pvc.Namespace + "/" + pvc.Name
+			p.stats.enqueued(key)
+			p.queue.Add(key)
 		}
 	}
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -172,6 +236,8 @@ func startProvisioner(tCtx ktesting.TContext) error {
 		p.queue.ShutDown()
 		wg.Wait()
 		factory.Shutdown()
+		// Printed, not logged: benchmark logs are truncated.
+		fmt.Printf("stand-in provisioner, %s: %s\n", tCtx.Name(), &p.stats)
 	})
 	if !cache.WaitForCacheSync(ctx.Done(), informer.Informer().HasSynced) {
 		return fmt.Errorf("PVC informer did not sync")
@@ -227,7 +293,11 @@ func (p *provisioner) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	return p.bindClaim(ctx, pvc, pv)
+	if err := p.bindClaim(ctx, pvc, pv); err != nil {
+		return err
+	}
+	p.stats.bound(key)
+	return nil
 }
 
 // createVolume creates the claim's PV, already bound to the claim, as
@@ -301,7 +371,13 @@ func (p *provisioner) createVolume(ctx context.Context, pvc *v1.PersistentVolume
 // does. scheduler_perf's own fake PV controller may bind it first.
 func (p *provisioner) bindClaim(ctx context.Context, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume) error {
 	claims := p.client.CoreV1().PersistentVolumeClaims(pvc.Namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.OnError(retry.DefaultRetry, func(err error) bool {
+		if apierrors.IsConflict(err) {
+			p.stats.conflict()
+			return true
+		}
+		return false
+	}, func() error {
 		current, err := claims.Get(ctx, pvc.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
