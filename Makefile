@@ -68,7 +68,7 @@ test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, 
 	$(GO) test -count=1 ./...
 
 .PHONY: bench
-bench: deps tools build ## Run every benchmark and print its tables (placement quality, scheduler plugin, driver, scheduling throughput, time to bind). Needs root. Results: docs/benchmarks.md.
+bench: deps tools build ## Run every benchmark and print its tables (placement quality, scheduler plugin, driver, scheduling throughput, scheduler memory, time to bind). Needs root. Results: docs/benchmarks.md.
 	@echo "== Placement quality (simulation)"
 	$(GO) run ./test/bench/placement -seed 1 -nodes 100,1000
 	@echo "== DiskFit Filter/Score per node vs VolumeBinding"
@@ -77,6 +77,8 @@ bench: deps tools build ## Run every benchmark and print its tables (placement q
 	$(GO) test ./csi-driver/... -run XXX -bench . -benchtime 40x
 	@echo "== Scheduling throughput (scheduler_perf), diskfit vs default profile"
 	$(GO) test ./test/bench/schedperf -run '^$$' -bench . -benchtime 1x -timeout 60m -perf-scheduling-label-filter=performance
+	@echo "== Scheduler memory, diskfit vs default profile (5,000 nodes x 8 disks, 20,000 bound volumes)"
+	$(GO) test ./test/bench/schedperf -run TestSchedulerMemory -v -memory -timeout 30m | grep -A4 '^diskfit-scheduler memory'
 	@echo "== Time to bind a StatefulSet on the local cluster"
 	$(BIN)/localcluster bench
 
