@@ -40,7 +40,7 @@ func (c *Cluster) startScheduler() error {
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		return err
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,8 @@ func (c *Cluster) startScheduler() error {
 	return err
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that is free right now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

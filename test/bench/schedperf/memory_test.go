@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -273,7 +272,7 @@ func measureScheduler(ctx context.Context, bin, configPath, kubeconfig string) (
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return schedulerMemory{}, err
 	}
-	port, err := freePort()
+	port, err := cluster.FreePort()
 	if err != nil {
 		return schedulerMemory{}, err
 	}
@@ -403,13 +402,4 @@ func processRSS(pid int) (rss, peak int64, err error) {
 		}
 	}
 	return rss, peak, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
