@@ -125,6 +125,17 @@ func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.
 		logger.V(5).Info("DiskNode is fresh again, which may make the pod schedulable")
 		return fwk.Queue, nil
 	}
+	if moreRoom(oldDN, newDN) {
+		logger.V(5).Info("DiskNode reports more usable space, which may make the pod schedulable")
+		return fwk.Queue, nil
+	}
+	logger.V(5).Info("DiskNode changed without freeing space")
+	return fwk.QueueSkip, nil
+}
+
+// moreRoom reports whether a healthy disk of newDN is new, newly healthy,
+// freer or of another class than in oldDN.
+func moreRoom(oldDN, newDN *v1alpha1.DiskNode) bool {
 	for i := range newDN.Status.Disks {
 		n := &newDN.Status.Disks[i]
 		if !n.Healthy {
@@ -135,12 +146,10 @@ func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.
 		// more free space too, and the capacity the node plugin reports
 		// moves with filesystem metadata as volumes come and go.
 		if o == nil || !o.Healthy || n.FreeBytes > o.FreeBytes || n.DeviceClass != o.DeviceClass {
-			logger.V(5).Info("DiskNode reports more usable space, which may make the pod schedulable", "disk", n.Name)
-			return fwk.Queue, nil
+			return true
 		}
 	}
-	logger.V(5).Info("DiskNode changed without freeing space")
-	return fwk.QueueSkip, nil
+	return false
 }
 
 // isSchedulableAfterPVDelete queues the pod when a diskfit PV, and so its

@@ -310,6 +310,9 @@ func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 		DeleteFunc: func(obj interface{}) {
 			if pv, ok := tombstone[*v1.PersistentVolume](obj); ok {
 				pl.ledger.DeletePV(pv.Name)
+				if _, ours := ledger.PVLocation(pv); ours {
+					pl.spaceFreed(klog.Background(), "PV deleted")
+				}
 			}
 		},
 	})
@@ -324,6 +327,9 @@ func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 			if pvc, ok := tombstone[*v1.PersistentVolumeClaim](obj); ok {
 				pl.ledger.DeletePVC(pvc)
 				reservationsHeld.Set(float64(pl.ledger.Reservations()))
+				if _, placed := ledger.PVCLocation(pvc); placed && pvc.Spec.VolumeName == "" {
+					pl.spaceFreed(klog.Background(), "placed PVC deleted")
+				}
 			}
 		},
 	})
@@ -354,8 +360,15 @@ func (pl *DiskFit) watchDiskNodes(ctx context.Context, client versioned.Interfac
 	factory := externalversions.NewSharedInformerFactory(client, 0)
 	informer := factory.Diskfit().V1alpha1().DiskNodes().Informer()
 	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { pl.onDiskNode(obj) },
-		UpdateFunc: func(_, obj interface{}) { pl.onDiskNode(obj) },
+		AddFunc: func(obj interface{}) { pl.onDiskNode(obj) },
+		UpdateFunc: func(oldObj, obj interface{}) {
+			pl.onDiskNode(obj)
+			oldDN, ok1 := oldObj.(*v1alpha1.DiskNode)
+			newDN, ok2 := obj.(*v1alpha1.DiskNode)
+			if ok1 && ok2 && moreRoom(oldDN, newDN) {
+				pl.spaceFreed(klog.Background(), "DiskNode reports more room")
+			}
+		},
 		DeleteFunc: func(obj interface{}) {
 			if dn, ok := tombstone[*v1alpha1.DiskNode](obj); ok {
 				pl.ledger.DeleteDiskNode(dn.Name)

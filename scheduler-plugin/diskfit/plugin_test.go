@@ -646,3 +646,27 @@ func mustReserveOn(t *testing.T, env *testEnv, pod *v1.Pod, nodeName string) fwk
 	}
 	return state
 }
+
+// TestDeletedVolumeActivatesPodsWaitingForSpace: a pod rejected for lack of
+// space is activated when the plugin's own informer sees a diskfit PV on
+// that disk deleted, whatever the queueing hints made of the same event.
+func TestDeletedVolumeActivatesPodsWaitingForSpace(t *testing.T) {
+	full := makePVC("full", diskfitClass, 3*gi).PersistentVolumeClaim
+	full.Spec.VolumeName = "pv-full"
+	objs := []runtime.Object{full, boundPV("pv-full", "full", "n1", "d0", 3*gi), makePVC("b", diskfitClass, 2*gi).PersistentVolumeClaim, node("n1")}
+	env := newTestEnv(t, nil, objs, diskNode("n1", diskSpec{name: "d0", capacity: 4 * gi, free: 4 * gi}))
+	pod := makePod("pb", "b")
+	state := framework.NewCycleState()
+	mustPreFilter(t, env, state, pod, nil)
+	checkStatus(t, "Filter", env.pl.Filter(env.ctx, state, pod, nodeInfos("n1")[0]),
+		wantStatus{fwk.UnschedulableAndUnresolvable, "largest free disk d0 has 1Gi"})
+
+	if err := env.client.CoreV1().PersistentVolumes().Delete(env.ctx, "pv-full", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the waiting pod to be activated", func() bool {
+		env.activator.mu.Lock()
+		defer env.activator.mu.Unlock()
+		return slices.Equal(env.activator.activated, []string{"ns/pb"})
+	})
+}

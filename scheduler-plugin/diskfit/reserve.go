@@ -50,12 +50,21 @@ func (pl *DiskFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod
 	pl.vb.Unreserve(ctx, cs, pod, nodeName)
 	freed := pl.ledger.Unreserve(pod.UID)
 	reservationsHeld.Set(float64(pl.ledger.Reservations()))
-	if !freed {
-		return
+	if freed {
+		pl.spaceFreed(klog.FromContext(ctx), "reservation released")
 	}
+}
+
+// spaceFreed activates the pods DiskFit rejected for lack of space. It runs
+// wherever the plugin itself sees space come free: Unreserve (no API event
+// at all) and its own informers' PV and placed-PVC deletions and DiskNodes
+// reporting more room. The queueing hints (events.go) react to the same API
+// events, but a pod whose attempt overlapped the event can miss them and
+// then wait for the queue's periodic flush (minutes); activating it here
+// does not depend on that timing.
+func (pl *DiskFit) spaceFreed(logger klog.Logger, why string) {
 	if waiting := pl.waiting.takeAll(); len(waiting) > 0 {
-		logger := klog.FromContext(ctx)
-		logger.V(4).Info("Disk space released, activating waiting pods", "pod", klog.KObj(pod), "node", nodeName, "count", len(waiting))
+		logger.V(4).Info("Disk space freed, activating waiting pods", "why", why, "count", len(waiting))
 		pl.activate(logger, waiting)
 	}
 }
