@@ -156,7 +156,7 @@ func cleanHostState(dir string) error {
 	// is unmounted their backing path no longer shows under dir, so they
 	// are listed first and detached after the unmounts (a device still in
 	// use is then freed when its last lazy mount goes).
-	loops := loopsBackedUnder(dir)
+	loops, _ := LoopsBackedUnder(dir)
 	for i := 0; i < 5; i++ {
 		mps := mountsUnder(dir)
 		if len(mps) == 0 {
@@ -167,7 +167,11 @@ func cleanHostState(dir string) error {
 		}
 	}
 	var errs []error
-	for _, loop := range slices.Compact(slices.Sorted(slices.Values(append(loops, loopsBackedUnder(dir)...)))) {
+	more, err := LoopsBackedUnder(dir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, loop := range slices.Compact(slices.Sorted(slices.Values(append(loops, more...)))) {
 		if _, err := run("losetup", "-d", loop); err != nil {
 			errs = append(errs, err)
 		}
@@ -181,11 +185,11 @@ func cleanHostState(dir string) error {
 	return errors.Join(errs...)
 }
 
-// loopsBackedUnder lists loop devices whose backing file is below dir.
-func loopsBackedUnder(dir string) []string {
+// LoopsBackedUnder lists loop devices whose backing file is below dir.
+func LoopsBackedUnder(dir string) ([]string, error) {
 	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("losetup --list: %w", err)
 	}
 	var loops []string
 	for _, line := range strings.Split(string(out), "\n") {
@@ -198,7 +202,7 @@ func loopsBackedUnder(dir string) []string {
 			loops = append(loops, fields[0])
 		}
 	}
-	return loops
+	return loops, nil
 }
 
 // SweepLeftovers cleans the directories of earlier runs whose process is gone

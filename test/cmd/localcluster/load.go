@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -531,21 +530,15 @@ func (l *loadRun) orphanFiles() []string {
 // orphanLoops lists loop devices backed by a file under a disk's diskfit
 // directory.
 func (l *loadRun) orphanLoops() ([]string, error) {
-	out, err := exec.Command("losetup", "--list", "--noheadings", "--output", "NAME,BACK-FILE").Output()
-	if err != nil {
-		return nil, fmt.Errorf("losetup --list: %w", err)
-	}
 	var found []string
-	for _, line := range strings.Split(string(out), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 {
-			continue
+	for key := range l.capacity {
+		dir := filepath.Join(l.c.Nodes[key.node].DiskPath(key.disk), "diskfit")
+		loops, err := cluster.LoopsBackedUnder(dir)
+		if err != nil {
+			return nil, err
 		}
-		back := strings.Join(fields[1:], " ")
-		for key := range l.capacity {
-			if strings.HasPrefix(back, filepath.Join(l.c.Nodes[key.node].DiskPath(key.disk), "diskfit")+"/") {
-				found = append(found, fields[0]+" "+back)
-			}
+		for _, loop := range loops {
+			found = append(found, loop+" on "+key.node+"/"+key.disk)
 		}
 	}
 	sort.Strings(found)
