@@ -7,8 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -17,12 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/component-base/featuregate"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register"
 	"k8s.io/klog/v2"
 
+	"github.com/diskfit/diskfit/cmd/internal/command"
 	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
 	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/driver"
@@ -39,11 +34,10 @@ type options struct {
 	metricsAddress string
 	resync         time.Duration
 	orphanGrace    time.Duration
-	logging        *logsapi.LoggingConfiguration
 }
 
 func main() {
-	o := options{logging: logsapi.NewLoggingConfiguration()}
+	o := options{}
 	fs := pflag.NewFlagSet("diskfit-csi", pflag.ExitOnError)
 	fs.StringVar(&o.endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint (unix socket)")
 	fs.StringVar(&o.nodeID, "node-id", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
@@ -54,29 +48,7 @@ func main() {
 	fs.DurationVar(&o.resync, "disknode-resync", 30*time.Second, "how often the DiskNode status is refreshed")
 	fs.DurationVar(&o.orphanGrace, "orphan-grace-period", 10*time.Minute,
 		"remove volumes without a PersistentVolume (and snapshots without a VolumeSnapshotContent) once they are this old; 0 disables it")
-	logsapi.AddFlags(o.logging, fs)
-	logs.InitLogs()
-	defer logs.FlushLogs()
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	gates := featuregate.NewFeatureGate()
-	if err := logsapi.AddFeatureGates(gates); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	if err := logsapi.ValidateAndApply(o.logging, gates); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, o); err != nil {
-		klog.FromContext(ctx).Error(err, "diskfit-csi failed")
-		logs.FlushLogs()
-		os.Exit(1)
-	}
+	command.Run("diskfit-csi", fs, func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func run(ctx context.Context, o options) error {

@@ -8,20 +8,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/component-base/featuregate"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register"
-	"k8s.io/klog/v2"
 
+	"github.com/diskfit/diskfit/cmd/internal/command"
 	"github.com/diskfit/diskfit/scheduler-plugin/webhook"
 )
 
@@ -36,11 +30,10 @@ type options struct {
 	healthAddress     string
 	certValidity      time.Duration
 	certRenewBefore   time.Duration
-	logging           *logsapi.LoggingConfiguration
 }
 
 func main() {
-	o := options{logging: logsapi.NewLoggingConfiguration()}
+	o := options{}
 	fs := pflag.NewFlagSet("diskfit-webhook", pflag.ExitOnError)
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster config")
 	fs.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the webhook's Service and certificate Secret (default $POD_NAMESPACE)")
@@ -52,29 +45,7 @@ func main() {
 	fs.StringVar(&o.healthAddress, "health-address", ":8080", "address serving /healthz, /readyz and /metrics over HTTP; empty disables it")
 	fs.DurationVar(&o.certValidity, "cert-validity", webhook.DefaultCertValidity, "validity of a new serving certificate")
 	fs.DurationVar(&o.certRenewBefore, "cert-renew-before", webhook.DefaultCertRenewBefore, "renew the serving certificate this long before it expires")
-	logsapi.AddFlags(o.logging, fs)
-	logs.InitLogs()
-	defer logs.FlushLogs()
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	gates := featuregate.NewFeatureGate()
-	if err := logsapi.AddFeatureGates(gates); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	if err := logsapi.ValidateAndApply(o.logging, gates); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, o); err != nil {
-		klog.FromContext(ctx).Error(err, "diskfit-webhook failed")
-		logs.FlushLogs()
-		os.Exit(1)
-	}
+	command.Run("diskfit-webhook", fs, func(ctx context.Context) error { return run(ctx, o) })
 }
 
 func run(ctx context.Context, o options) error {
