@@ -174,17 +174,25 @@ func (f *File) recover(ctx context.Context, dir string) error {
 			State     State `json:"state"`
 			SizeBytes int64 `json:"sizeBytes"`
 		}
-		if err := readJSON(filepath.Join(dir, name), &rec); err != nil {
+		record := filepath.Join(dir, name)
+		err := readJSON(record, &rec)
+		switch {
+		case errors.Is(err, errUndecodable):
 			// Only an intent record can be torn (its directory entry is not
 			// synced, see CreateVolume); a ready record never is.
-			logger.Info("Unreadable record, treating it as unfinished", "record", filepath.Join(dir, name), "err", err.Error())
-		} else if rec.State == StateReady {
+			logger.Info("Torn record, treating it as unfinished", "record", record, "err", err.Error())
+		case err != nil:
+			// An I/O error says nothing about the volume: it may be complete
+			// and hold data. Keep everything; the disk stays unusable, with
+			// this reason, until the record reads again.
+			return fmt.Errorf("cannot tell whether %s is complete, keeping every file of the disk: %w", record, err)
+		case rec.State == StateReady:
 			if err := cutBack(ctx, filepath.Join(dir, key+dataSuffix), rec.SizeBytes); err != nil {
 				return err
 			}
 			continue
 		}
-		logger.Info("Rolling back interrupted operation", "record", filepath.Join(dir, name), "state", rec.State)
+		logger.Info("Rolling back interrupted operation", "record", record, "state", rec.State)
 		if err := f.removePair(ctx, dir, key); err != nil {
 			return err
 		}
@@ -194,16 +202,36 @@ func (f *File) recover(ctx context.Context, dir string) error {
 
 // cutBack truncates a data file larger than its record to the recorded
 // size. Only an expansion interrupted between growing the file and
-// recording the new size leaves one; its loop device, if attached, was
-// never refreshed past the recorded size, so nothing has used the extra
-// space, and giving it back keeps the disk's free space what the records
-// say. A retried expansion grows the file again.
+// recording the new size leaves one (a failed one cuts back itself), and
+// giving the space back keeps the disk's free space what the records say.
+// A retried expansion grows the file again.
+//
+// A loop device refreshed past the recorded size may hold a filesystem
+// grown into the extra space (the record was lost after the device saw the
+// new size), so a file attached to such a device is never cut: truncating
+// under a live filesystem would destroy what it wrote there.
 func cutBack(ctx context.Context, path string, size int64) error {
+	logger := klog.FromContext(ctx)
 	st, err := os.Lstat(path)
 	if err != nil || !st.Mode().IsRegular() || st.Size() <= size {
 		return nil
 	}
-	klog.FromContext(ctx).Info("Cutting back a data file grown by an interrupted expansion", "file", path, "from", st.Size(), "to", size)
+	devs, err := loop.FindAll(ctx, path)
+	if err != nil {
+		return fmt.Errorf("looking for loop devices of %s: %w", path, err)
+	}
+	for _, dev := range devs {
+		devBytes, err := loopSize(dev)
+		if err != nil {
+			return err
+		}
+		if devBytes > size {
+			logger.Info("Keeping a data file larger than its record: its loop device already has the larger size",
+				"file", path, "fileBytes", st.Size(), "recordBytes", size, "device", dev, "deviceBytes", devBytes)
+			return nil
+		}
+	}
+	logger.Info("Cutting back a data file grown by an interrupted expansion", "file", path, "from", st.Size(), "to", size)
 	if err := os.Truncate(path, size); err != nil {
 		return fmt.Errorf("cutting %s back to %d bytes: %w", path, size, err)
 	}
@@ -483,12 +511,13 @@ func (f *File) ListVolumes(ctx context.Context) ([]Volume, error) {
 
 // ExpandVolume implements Backend: the file grows first, then the record,
 // then the loop device's idea of the size. A crash in between leaves a file
-// larger than its record, which a retry grows to the same size again, or a
-// record larger than its loop device, which a retry (or the next Attach)
-// refreshes. A failed allocation is cut back to the recorded size: ext4
-// keeps whatever part of a fallocate it managed before ENOSPC, and the file
-// would then hold the disk's last free space and attach larger than its
-// record.
+// larger than its record, which Start cuts back (or a retry grows to the
+// same size again), or a record larger than its loop device, which a retry
+// (or the next Attach) refreshes. Any failure after the file grew restores
+// the old record and cuts the file back before returning: ext4 keeps
+// whatever part of a fallocate it managed before ENOSPC, and a file left
+// larger than its record would hold the disk's space, and could later be
+// attached at its larger size and grown into.
 func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volume, error) {
 	vol, err := f.GetVolume(ctx, key)
 	if err != nil {
@@ -501,26 +530,40 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 	if err != nil {
 		return nil, fmt.Errorf("opening data file: %w", err)
 	}
+	defer file.Close()
+	meta := filepath.Join(f.volumes, key+metaSuffix)
+	grown := *vol
+	grown.SizeBytes = size
+	recordTouched := false
 	err = allocate(file, size)
-	if err != nil {
-		if terr := file.Truncate(vol.SizeBytes); terr != nil {
-			err = fmt.Errorf("%w (and cutting the file back to %d bytes: %w)", err, vol.SizeBytes, terr)
-		}
-	}
 	if err == nil {
 		err = file.Sync()
 	}
-	file.Close()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = f.faults.Reach(fault.NodeExpandVolumeDataAllocated)
 	}
-	f.faults.Reach(fault.NodeExpandVolumeDataAllocated)
-	vol.SizeBytes = size
-	if err := f.writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol, true, fault.NodeExpandVolumeRecordTempWritten); err != nil {
+	if err == nil {
+		recordTouched = true
+		err = f.writeJSONAtomic(meta, &grown, true, fault.NodeExpandVolumeRecordTempWritten)
+	}
+	if err != nil {
+		// The loop device is refreshed only after the record, so nothing
+		// has seen the new size yet: the file is cut back first, which
+		// also frees the room a record needs on a full disk, then the old
+		// record goes back (a rename whose directory sync failed may have
+		// put the new size in place).
+		if terr := file.Truncate(vol.SizeBytes); terr != nil {
+			return nil, fmt.Errorf("%w (and cutting the file back to %d bytes: %w)", err, vol.SizeBytes, terr)
+		}
+		if recordTouched {
+			if rerr := f.writeJSONAtomic(meta, vol, true, fault.Step{}); rerr != nil {
+				return nil, fmt.Errorf("%w (and restoring the record of %d bytes: %w)", err, vol.SizeBytes, rerr)
+			}
+		}
 		return nil, err
 	}
 	f.faults.Reach(fault.NodeExpandVolumeRecorded)
-	return vol, f.refreshLoop(ctx, key, size)
+	return &grown, f.refreshLoop(ctx, key, size)
 }
 
 // refreshLoop makes the volume's loop device, if it has one, as large as
@@ -536,22 +579,28 @@ func (f *File) refreshLoop(ctx context.Context, key string, size int64) error {
 // refreshIfSmaller runs losetup --set-capacity on dev when sysfs says it is
 // smaller than size, so the common case costs one read and no process.
 func refreshIfSmaller(ctx context.Context, dev string, size int64) error {
-	data, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "size"))
-	if err != nil {
-		return fmt.Errorf("reading size of %s: %w", dev, err)
-	}
-	var sectors int64
-	if _, err := fmt.Sscan(string(data), &sectors); err != nil {
-		return fmt.Errorf("parsing size of %s %q: %w", dev, data, err)
-	}
-	// sysfs counts 512-byte sectors whatever the device's sector size.
-	if sectors*512 >= size {
-		return nil
+	devBytes, err := loopSize(dev)
+	if err != nil || devBytes >= size {
+		return err
 	}
 	if err := loop.Refresh(ctx, dev); err != nil {
 		return fmt.Errorf("refreshing the size of %s: %w", dev, err)
 	}
 	return nil
+}
+
+// loopSize reads the size of an attached loop device from sysfs.
+func loopSize(dev string) (int64, error) {
+	data, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "size"))
+	if err != nil {
+		return 0, fmt.Errorf("reading size of %s: %w", dev, err)
+	}
+	var sectors int64
+	if _, err := fmt.Sscan(string(data), &sectors); err != nil {
+		return 0, fmt.Errorf("parsing size of %s %q: %w", dev, data, err)
+	}
+	// sysfs counts 512-byte sectors whatever the device's sector size.
+	return sectors * 512, nil
 }
 
 // VolumeHealth implements Backend.
@@ -746,10 +795,14 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("reading record: %w", err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decoding record %s: %w", path, err)
+		return fmt.Errorf("%w: %s: %w", errUndecodable, path, err)
 	}
 	return nil
 }
+
+// errUndecodable says a record was read but is not a record: an intent
+// torn by a crash. Any other error reading it is an I/O error.
+var errUndecodable = errors.New("record does not decode")
 
 // maxRecordBytes bounds what is read of a record; a real one is a few
 // hundred bytes.
@@ -782,7 +835,9 @@ func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fau
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("writing record: %w", err)
 	}
-	f.faults.Reach(tempWritten)
+	if err := f.faults.Reach(tempWritten); err != nil {
+		return err
+	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("renaming record: %w", err)
 	}

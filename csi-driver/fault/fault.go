@@ -109,6 +109,7 @@ var (
 type Injector struct {
 	at  Step
 	act func()
+	err error
 }
 
 // FromEnv returns an Injector that SIGKILLs the process at the step named
@@ -130,12 +131,20 @@ func FromEnv() (*Injector, error) {
 // At returns an Injector that runs act at step.
 func At(step Step, act func()) *Injector { return &Injector{at: step, act: act} }
 
+// FailAt returns an Injector that makes the code fail with err at step,
+// for tests of error paths. Only steps whose code checks Reach's result
+// can fail.
+func FailAt(step Step, err error) *Injector { return &Injector{at: step, act: func() {}, err: err} }
+
 // Step returns the step the Injector acts at.
 func (i *Injector) Step() Step { return i.at }
 
-// Reach is called by the code at step.
-func (i *Injector) Reach(step Step) {
+// Reach is called by the code at step. It returns the error a FailAt
+// Injector injects there, nil otherwise.
+func (i *Injector) Reach(step Step) error {
 	if i != nil && i.at == step {
 		i.act()
+		return i.err
 	}
+	return nil
 }
