@@ -12,8 +12,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
@@ -97,6 +99,29 @@ type CreateRequest struct {
 type Usage struct {
 	CapacityBytes int64
 	FreeBytes     int64
+}
+
+// spaceGuard holds a disk's reserve: every allocation on the disk
+// (creating, cloning or growing a volume) is checked against the space the
+// disk offers beyond its reserve and made under one lock, so concurrent
+// allocations cannot together eat into the reserve that each alone would
+// leave alone.
+type spaceGuard struct{ mu sync.Mutex }
+
+// allocate runs alloc when the disk offers need bytes beyond its reserve,
+// and answers ErrNoSpace otherwise. usage must already take the reserve
+// off, as every Backend's Usage does.
+func (g *spaceGuard) allocate(ctx context.Context, usage func(context.Context) (Usage, error), need int64, alloc func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	u, err := usage(ctx)
+	if err != nil {
+		return err
+	}
+	if need > u.FreeBytes {
+		return fmt.Errorf("%w: %d bytes needed, the disk offers %d beyond its reserve", ErrNoSpace, need, u.FreeBytes)
+	}
+	return alloc()
 }
 
 // Backend keeps the volumes of one disk. Callers serialise calls per key;

@@ -47,6 +47,7 @@ type File struct {
 	// later means the disk's filesystem was unmounted from under us.
 	dev     uint64
 	reflink bool
+	space   spaceGuard
 }
 
 var _ Backend = &File{}
@@ -323,7 +324,10 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		return nil, err
 	}
 	f.faults.Reach(fault.CreateVolumeIntentRecorded)
-	if err := makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes); err != nil {
+	err := f.space.allocate(ctx, f.Usage, req.SizeBytes, func() error {
+		return makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes)
+	})
+	if err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
@@ -535,7 +539,7 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 	grown := *vol
 	grown.SizeBytes = size
 	recordTouched := false
-	err = allocate(file, size)
+	err = f.space.allocate(ctx, f.Usage, size-vol.SizeBytes, func() error { return allocate(file, size) })
 	if err == nil {
 		err = file.Sync()
 	}

@@ -72,6 +72,7 @@ type LVM struct {
 	// dmErr is set at Start when device-mapper is missing; the disk then
 	// stays unhealthy instead of failing every request in a confusing way.
 	dmErr error
+	space spaceGuard
 }
 
 var _ Backend = &LVM{}
@@ -341,8 +342,12 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 	if err := l.removeLV(ctx, name); err != nil {
 		return nil, err
 	}
-	if _, err := l.run.Run(ctx, "lvcreate", l.createArgs(name, req.Name, pvc, "", req.SizeBytes, false)...); err != nil {
-		return nil, noSpace(err)
+	err := l.space.allocate(ctx, l.Usage, roundExtent(req.SizeBytes), func() error {
+		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(name, req.Name, pvc, "", req.SizeBytes, false)...)
+		return noSpace(err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if copyFrom != "" {
 		if err := l.copyLV(ctx, copyFrom, name); err != nil {
@@ -446,8 +451,12 @@ func (l *LVM) ExpandVolume(ctx context.Context, key string, size int64) (*Volume
 	if size <= vol.SizeBytes {
 		return vol, nil
 	}
-	if _, err := l.run.Run(ctx, "lvextend", "--size", strconv.FormatInt(roundExtent(size), 10)+"b", l.vg+"/"+volumePrefix+key); err != nil {
-		return nil, noSpace(err)
+	err = l.space.allocate(ctx, l.Usage, roundExtent(size)-vol.SizeBytes, func() error {
+		_, err := l.run.Run(ctx, "lvextend", "--size", strconv.FormatInt(roundExtent(size), 10)+"b", l.vg+"/"+volumePrefix+key)
+		return noSpace(err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return l.GetVolume(ctx, key)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/diskfit/diskfit/csi-driver/fault"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
@@ -132,5 +134,35 @@ func TestStartNeverCutsBackBelowAnAttachedDevice(t *testing.T) {
 	}
 	if st, _ := os.Stat(f.volumeFile("notyet")); st.Size() != 32*mi {
 		t.Errorf("start left a file grown past its record and its device at %d bytes, want %d", st.Size(), 32*mi)
+	}
+}
+
+// TestExpansionKeepsTheReserve: growing a volume by more than the disk
+// offers beyond its reserve is refused with ErrNoSpace, and the reserve is
+// still free on the filesystem afterwards.
+func TestExpansionKeepsTheReserve(t *testing.T) {
+	ctx := context.Background()
+	const reserved = 128 * mi
+	f, p := newFile(t, "xfs", 512*mi, reserved)
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 32 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := f.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fits the filesystem, not the space beside the reserve.
+	if _, err := f.ExpandVolume(ctx, "v", 32*mi+u.FreeBytes+64*mi); !errors.Is(err, ErrNoSpace) {
+		t.Errorf("expanding into the reserve: %v, want ErrNoSpace", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	if avail := int64(st.Bavail) * st.Frsize; avail < reserved {
+		t.Errorf("the filesystem has %d bytes left, less than the reserve of %d", avail, reserved)
+	}
+	if _, err := f.ExpandVolume(ctx, "v", 32*mi+u.FreeBytes); err != nil {
+		t.Errorf("expanding by exactly what the disk offers: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
@@ -34,6 +35,8 @@ const (
 type testDisk struct {
 	name, class, fsType string
 	size                int64
+	// reserved is the disk's headroom; nil for none.
+	reserved *resource.Quantity
 }
 
 // env is a driver on real loop-mounted disks with fake API clients.
@@ -65,7 +68,7 @@ func newEnvContext(t testing.TB, ctx context.Context, disks []testDisk, faults *
 	for _, td := range disks {
 		p := testdisk.New(t, td.fsType, td.size)
 		e.paths[td.name] = p
-		cfg.Disks = append(cfg.Disks, config.Disk{Name: td.name, Backend: v1alpha1.BackendFile, DeviceClass: td.class, Path: p})
+		cfg.Disks = append(cfg.Disks, config.Disk{Name: td.name, Backend: v1alpha1.BackendFile, DeviceClass: td.class, Path: p, Reserved: td.reserved})
 	}
 	e.kubelet = testdisk.KubeletDir(t)
 	e.kube = k8sfake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: types.UID("uid-" + testNode)}})
