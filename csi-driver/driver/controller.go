@@ -53,7 +53,7 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 
 func (d *Driver) snapshotsSupported() bool {
 	for _, dk := range d.disks {
-		if dk.startErr == nil && dk.backend.SupportsSnapshots() {
+		if dk.unavailable() == nil && dk.backend.SupportsSnapshots() {
 			return true
 		}
 	}
@@ -185,9 +185,9 @@ func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource
 	if err != nil {
 		return nil, err
 	}
-	dk := d.disk(diskName)
-	if dk == nil || dk.startErr != nil {
-		return nil, status.Errorf(codes.NotFound, "source %s %q does not exist", kind, id)
+	dk, err := d.availableDisk(diskName, "source "+kind, id)
+	if err != nil {
+		return nil, err
 	}
 	if !dk.backend.SupportsSnapshots() {
 		return nil, status.Errorf(codes.InvalidArgument, "disk %s cannot copy volumes (no reflink)", dk.name)
@@ -343,17 +343,47 @@ func (d *Driver) topology() *csi.Topology {
 	return &csi.Topology{Segments: map[string]string{diskfit.TopologyKey: d.cfg.NodeID}}
 }
 
-// volumeOf resolves a volume ID to its disk and key.
+// volumeOf resolves a volume ID to its disk and key; the disk must be
+// available.
 func (d *Driver) volumeOf(id string) (*disk, string, error) {
 	diskName, key, err := parseID("volume", id)
 	if err != nil {
 		return nil, "", err
 	}
+	dk, err := d.availableDisk(diskName, "volume", id)
+	return dk, key, err
+}
+
+// diskOf resolves a volume ID to its configured disk and key, whether or
+// not the disk is available: unpublish and unstage work from the mount
+// table, so that pods can stop while a disk is down.
+func (d *Driver) diskOf(id string) (*disk, string, error) {
+	diskName, key, err := parseID("volume", id)
+	if err != nil {
+		return nil, "", err
+	}
 	dk := d.disk(diskName)
-	if dk == nil || dk.startErr != nil {
+	if dk == nil {
 		return nil, "", status.Errorf(codes.NotFound, "volume %q does not exist: no disk %s", id, diskName)
 	}
 	return dk, key, nil
+}
+
+// availableDisk returns the named disk for a volume or snapshot ID on it:
+// NotFound when no such disk is configured (no such ID can exist), and
+// Unavailable when it is configured but its backend has not started. A
+// disk that is down is never reported as "volume gone": DeleteVolume and
+// DeleteSnapshot would then succeed, the PV or content would be deleted
+// and the data left on the disk with nothing tracking it.
+func (d *Driver) availableDisk(diskName, kind, id string) (*disk, error) {
+	dk := d.disk(diskName)
+	if dk == nil {
+		return nil, status.Errorf(codes.NotFound, "%s %q does not exist: no disk %s", kind, id, diskName)
+	}
+	if err := dk.unavailable(); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%s %q: disk %s on node %s is not available: %v", kind, id, diskName, d.cfg.NodeID, err)
+	}
+	return dk, nil
 }
 
 // DeleteVolume implements csi.ControllerServer; deleting a volume that does
@@ -633,9 +663,9 @@ func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 	if err != nil {
 		return nil, err
 	}
-	dk := d.disk(diskName)
-	if dk == nil || dk.startErr != nil {
-		return nil, status.Errorf(codes.NotFound, "snapshot %q does not exist: no disk %s", req.GetSnapshotId(), diskName)
+	dk, err := d.availableDisk(diskName, "snapshot", req.GetSnapshotId())
+	if err != nil {
+		return nil, err
 	}
 	snap, err := dk.backend.GetSnapshot(ctx, key)
 	if err != nil {
@@ -653,9 +683,12 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	if err != nil {
 		return nil, err
 	}
-	dk := d.disk(diskName)
-	if dk == nil || dk.startErr != nil {
+	dk, err := d.availableDisk(diskName, "snapshot", req.GetSnapshotId())
+	if status.Code(err) == codes.NotFound {
 		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	defer d.locks.lock("snapshot/" + key)()
 	if err := dk.backend.DeleteSnapshot(ctx, key); err != nil {

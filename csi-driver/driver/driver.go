@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,16 +87,39 @@ type disk struct {
 	name        string
 	deviceClass string
 	backend     backend.Backend
-	// startErr is why the backend could not start; the disk then stays
-	// unhealthy and the driver serves the others.
+
+	mu sync.RWMutex
+	// startErr is why the backend could not start (yet). The disk is then
+	// unavailable: nothing calls its backend, calls for its volumes answer
+	// Unavailable, and every status refresh tries to start it again.
 	startErr error
 }
 
-func (d *disk) health(ctx context.Context) error {
-	if d.startErr != nil {
-		return d.startErr
+// unavailable returns why the disk's backend has not started, nil once it
+// has.
+func (dk *disk) unavailable() error {
+	dk.mu.RLock()
+	defer dk.mu.RUnlock()
+	return dk.startErr
+}
+
+// start starts the disk's backend and records the outcome.
+func (dk *disk) start(ctx context.Context) error {
+	err := dk.backend.Start(ctx)
+	if err != nil {
+		err = fmt.Errorf("starting disk: %w", err)
 	}
-	return d.backend.Health(ctx)
+	dk.mu.Lock()
+	dk.startErr = err
+	dk.mu.Unlock()
+	return err
+}
+
+func (dk *disk) health(ctx context.Context) error {
+	if err := dk.unavailable(); err != nil {
+		return err
+	}
+	return dk.backend.Health(ctx)
 }
 
 // Driver serves the CSI services.
@@ -190,9 +214,8 @@ func New(cfg Config) (*Driver, error) {
 func (d *Driver) Start(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	for _, dk := range d.disks {
-		if err := dk.backend.Start(ctx); err != nil {
-			dk.startErr = fmt.Errorf("starting disk: %w", err)
-			logger.Error(err, "Disk unusable", "disk", dk.name)
+		if err := dk.start(ctx); err != nil {
+			logger.Error(err, "Disk unavailable, starting it again at every status refresh", "disk", dk.name)
 			continue
 		}
 		if err := dk.backend.Health(ctx); err != nil {

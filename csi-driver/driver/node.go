@@ -80,7 +80,7 @@ func (d *Driver) checkPath(kind, p string) (string, error) {
 // call carries, then runs the call's other argument checks, and only then
 // looks the volume up: the CSI spec wants InvalidArgument for a malformed
 // request before NotFound for an unknown volume.
-func (d *Driver) nodeRequest(id, pathKind, path string, checks ...func() error) (*disk, string, string, error) {
+func (d *Driver) nodeRequest(resolve func(id string) (*disk, string, error), id, pathKind, path string, checks ...func() error) (*disk, string, string, error) {
 	if id == "" {
 		return nil, "", "", status.Error(codes.InvalidArgument, "volume ID is missing")
 	}
@@ -93,7 +93,7 @@ func (d *Driver) nodeRequest(id, pathKind, path string, checks ...func() error) 
 			return nil, "", "", err
 		}
 	}
-	dk, key, err := d.volumeOf(id)
+	dk, key, err := resolve(id)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -103,7 +103,7 @@ func (d *Driver) nodeRequest(id, pathKind, path string, checks ...func() error) 
 // NodeStageVolume implements csi.NodeServer: attach, and for Filesystem
 // volumes format once and mount at the staging path.
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
-	dk, key, staging, err := d.nodeRequest(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath(),
+	dk, key, staging, err := d.nodeRequest(d.volumeOf, req.GetVolumeId(), "staging target path", req.GetStagingTargetPath(),
 		func() error { return checkCapability(req.GetVolumeCapability()) })
 	if err != nil {
 		return nil, err
@@ -271,9 +271,12 @@ func deviceSize(dev string) (int64, error) {
 	return size, nil
 }
 
-// NodeUnstageVolume implements csi.NodeServer; it is idempotent.
+// NodeUnstageVolume implements csi.NodeServer; it is idempotent. It works
+// on a disk that is not available too: the staging mount is found in the
+// mount table, and detaching goes by the volume's path, which the backend
+// knows without having started.
 func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	dk, key, staging, err := d.nodeRequest(req.GetVolumeId(), "staging target path", req.GetStagingTargetPath())
+	dk, key, staging, err := d.nodeRequest(d.diskOf, req.GetVolumeId(), "staging target path", req.GetStagingTargetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +300,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	var staging string
 	vc := req.GetVolumeCapability()
-	dk, key, target, err := d.nodeRequest(req.GetVolumeId(), "target path", req.GetTargetPath(),
+	dk, key, target, err := d.nodeRequest(d.volumeOf, req.GetVolumeId(), "target path", req.GetTargetPath(),
 		func() (err error) {
 			staging, err = d.checkPath("staging target path", req.GetStagingTargetPath())
 			return err
@@ -427,7 +430,7 @@ func mountsOf(dev string, block bool, staging, target string) (mountView, error)
 // NodeUnpublishVolume implements csi.NodeServer: unmount and remove the
 // target, as the CSI spec requires; it is idempotent.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	_, key, target, err := d.nodeRequest(req.GetVolumeId(), "target path", req.GetTargetPath())
+	_, key, target, err := d.nodeRequest(d.diskOf, req.GetVolumeId(), "target path", req.GetTargetPath())
 	if err != nil {
 		return nil, err
 	}

@@ -60,9 +60,26 @@ func (d *Driver) Observe(ctx context.Context) *v1alpha1.DiskNodeStatus {
 	return st
 }
 
-// publish observes the disks, sets the per-disk metrics from what it saw,
-// publishes the status and reports whether it reached the API.
+// startUnavailable starts again the disks whose backend could not start,
+// so a disk mounted late is served without restarting the driver.
+func (d *Driver) startUnavailable(ctx context.Context) {
+	for _, dk := range d.disks {
+		if dk.unavailable() == nil {
+			continue
+		}
+		if err := dk.start(ctx); err != nil {
+			klog.FromContext(ctx).V(2).Info("Disk still unavailable", "disk", dk.name, "reason", err.Error())
+			continue
+		}
+		klog.FromContext(ctx).Info("Disk available", "disk", dk.name)
+	}
+}
+
+// publish starts the disks that are not started yet, observes them, sets
+// the per-disk metrics from what it saw, publishes the status and reports
+// whether it reached the API.
 func (d *Driver) publish(ctx context.Context) bool {
+	d.startUnavailable(ctx)
 	st := d.Observe(ctx)
 	d.diskMetrics.observe(d.cfg.NodeID, st)
 	if d.cfg.Status == nil {
