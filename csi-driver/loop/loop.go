@@ -113,6 +113,15 @@ func Attach(ctx context.Context, file string) (string, error) {
 // device, fstrim and mount -o discard do it later) and let the disk promise
 // that space twice. It must run before anything else uses the device, and
 // again after a refresh, which recomputes the queue limits.
+//
+// It also keeps zeroing from punching holes. The loop driver turns a
+// REQ_OP_WRITE_ZEROES without REQ_NOUNMAP (ext4's lazy inode table
+// initialisation and extent zeroing, fallocate --punch-hole on the device)
+// into a hole punched in the file too, and write_zeroes_max_bytes is
+// read-only; but since Linux 5.19 the loop driver refuses every request it
+// would turn into a fallocate while the discard limit is 0, and the block
+// layer then writes zeroes into the allocated blocks instead.
+// TestPreallocationStaysAllocated (package driver) checks every such path.
 func disableDiscard(dev string) error {
 	path := filepath.Join("/sys/block", filepath.Base(dev), "queue", "discard_max_bytes")
 	err := os.WriteFile(path, []byte("0"), 0)
