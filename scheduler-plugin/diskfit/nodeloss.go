@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/clock"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
@@ -40,6 +41,11 @@ const provisionerFinalizer = "external-provisioner.volume.kubernetes.io/finalize
 
 const releaseInterval = time.Minute
 
+// nodeLoss is the plugin's state for releasing claims of deleted nodes.
+type nodeLoss struct {
+	clock clock.WithTicker
+}
+
 // watchNodeLoss starts releasing volumes of deleted nodes once the Node,
 // PV and PVC caches are filled: before that, every node would look gone.
 func (pl *DiskFit) watchNodeLoss(ctx context.Context, h fwk.Handle) error {
@@ -62,7 +68,7 @@ func (pl *DiskFit) watchNodeLoss(ctx context.Context, h fwk.Handle) error {
 		if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 			return
 		}
-		ticker := time.NewTicker(releaseInterval)
+		ticker := pl.nodeLoss.clock.NewTicker(releaseInterval)
 		defer ticker.Stop()
 		for {
 			pl.releaseLostVolumes(ctx, h.ClientSet())
@@ -70,7 +76,7 @@ func (pl *DiskFit) watchNodeLoss(ctx context.Context, h fwk.Handle) error {
 			case <-ctx.Done():
 				return
 			case <-deleted:
-			case <-ticker.C:
+			case <-ticker.C():
 			}
 		}
 	}()

@@ -30,6 +30,7 @@ import (
 	kubeschedv1 "k8s.io/kubernetes/pkg/scheduler/apis/config/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
+	"k8s.io/utils/clock"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
@@ -75,6 +76,8 @@ type DiskFit struct {
 	// handlersSynced report whether the ledger's event handlers have seen
 	// their informers' initial lists.
 	handlersSynced []cache.InformerSynced
+	// nodeLoss releases the claims of deleted nodes (nodeloss.go).
+	nodeLoss nodeLoss
 }
 
 var (
@@ -107,6 +110,9 @@ type Options struct {
 	// SnapshotClient reads VolumeSnapshots; nil builds one from the
 	// handle's KubeConfig.
 	SnapshotClient dynamic.Interface
+	// Clock times the release of deleted nodes' claims; nil is the real
+	// clock.
+	Clock clock.WithTicker
 }
 
 // New builds a DiskFit plugin; it is the factory to register under Name
@@ -160,9 +166,13 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		opts:       PackingOptions(args),
 		maxAge:     args.MaxDiskNodeAge.Duration,
 		now:        o.Now,
+		nodeLoss:   nodeLoss{clock: o.Clock},
 	}
 	if pl.now == nil {
 		pl.now = time.Now
+	}
+	if pl.nodeLoss.clock == nil {
+		pl.nodeLoss.clock = clock.RealClock{}
 	}
 	if len(args.ScoringStrategy.DeviceClassWeights) > 0 {
 		weights := map[string]int64{}
