@@ -42,7 +42,7 @@ func TestReleaseVolumesOfDeletedNodes(t *testing.T) {
 	ctx := context.Background()
 	lead(t, env)
 	env.releasePass()
-	env.clock.Step(dwell)
+	env.clock.Step(nodeGoneDwell)
 	env.releasePass()
 	waitFor(t, "the released PV to leave the cache", func() bool {
 		_, err := env.pl.pvLister.Get("pv-lost")
@@ -79,9 +79,6 @@ func TestReleaseVolumesOfDeletedNodes(t *testing.T) {
 		}
 	}
 }
-
-// dwell is how long a Node must stay gone before its claims are released.
-const dwell = 2 * time.Minute
 
 // lostClaim is an opted-in claim bound to a volume on node "gone", which
 // neither the informers nor the API server have.
@@ -142,7 +139,7 @@ func TestNodeMissingOnlyFromTheCacheKeepsItsClaims(t *testing.T) {
 	lead(t, env)
 	for range 3 {
 		env.releasePass()
-		env.clock.Step(dwell)
+		env.clock.Step(nodeGoneDwell)
 	}
 	env.releasePass()
 	wantKept(t, env, "node in the API server, not in the cache")
@@ -166,7 +163,7 @@ func TestClaimsReleasedOnceNodeStaysGone(t *testing.T) {
 	env := newTestEnv(t, nil, lostClaim())
 	lead(t, env)
 	env.releasePass()
-	env.clock.Step(dwell - time.Second)
+	env.clock.Step(nodeGoneDwell - time.Second)
 	env.releasePass()
 	wantKept(t, env, "gone for less than the dwell time")
 
@@ -236,16 +233,16 @@ func TestNodeBackDuringDwellResetsClock(t *testing.T) {
 
 			lead(t, env)
 			env.releasePass()
-			env.clock.Step(dwell / 2)
+			env.clock.Step(nodeGoneDwell / 2)
 			comeBack()
 			env.releasePass()
 			wantKept(t, env, "node back")
 			leave()
 			env.releasePass()
-			env.clock.Step(dwell / 2)
+			env.clock.Step(nodeGoneDwell / 2)
 			env.releasePass()
 			wantKept(t, env, "a dwell time after the Node first went, half of one after it went again")
-			env.clock.Step(dwell / 2)
+			env.clock.Step(nodeGoneDwell / 2)
 			env.releasePass()
 			wantReleased(t, env, "a dwell time after the Node went again")
 		})
@@ -260,7 +257,7 @@ func TestStandbyReplicaReleasesNothing(t *testing.T) {
 	env := newTestEnv(t, nil, lostClaim())
 	for range 3 {
 		env.releasePass()
-		env.clock.Step(dwell)
+		env.clock.Step(nodeGoneDwell)
 	}
 	env.releasePass()
 	wantKept(t, env, "on a standby")
@@ -273,7 +270,7 @@ func TestStandbyReplicaReleasesNothing(t *testing.T) {
 	lead(t, env)
 	env.releasePass()
 	wantKept(t, env, "on becoming the leader")
-	env.clock.Step(dwell)
+	env.clock.Step(nodeGoneDwell)
 	env.releasePass()
 	wantReleased(t, env, "a dwell time after becoming the leader")
 }

@@ -166,7 +166,7 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		opts:       PackingOptions(args),
 		maxAge:     args.MaxDiskNodeAge.Duration,
 		now:        o.Now,
-		nodeLoss:   nodeLoss{clock: o.Clock},
+		nodeLoss:   nodeLoss{clock: o.Clock, goneSince: map[string]time.Time{}},
 	}
 	if pl.now == nil {
 		pl.now = time.Now

@@ -156,15 +156,16 @@ func observed(t *testing.T, node string) metav1.Time {
 // A node is deleted for good (its Node object removed, as an operator or a
 // cloud's node controller does) while a StatefulSet pod runs there with a
 // claim that opted in with diskfit.io/release-on-node-deletion. DiskFit
-// releases the claim; once the pod is gone (the pod garbage collector's job
-// in a real cluster, done by the test here), the StatefulSet recreates the
-// claim and the pod, which run on a live node. On a cluster of its own:
-// the deleted node does not come back.
+// releases the claim once the Node has stayed gone for two minutes (2 to 3
+// minutes after the delete: it checks every minute); once the pod is gone
+// (the pod garbage collector's job in a real cluster, done by the test
+// here), the StatefulSet recreates the claim and the pod, which run on a
+// live node. On a cluster of its own: the deleted node does not come back.
 func TestStatefulSetMovesOffADeletedNode(t *testing.T) {
 	needLocal(t)
 	second := startSecondCluster(t)
 	client := second.client(t)
-	ctx := ctxFor(t, 6*time.Minute)
+	ctx := ctxFor(t, 9*time.Minute)
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "move"}, Provisioner: diskfit.DriverName,
 		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
 	if _, err := client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
@@ -185,7 +186,7 @@ func TestStatefulSetMovesOffADeletedNode(t *testing.T) {
 	if err := client.CoreV1().Nodes().Delete(ctx, first.Spec.NodeName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pvc, err := client.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
 		return apierrors.IsNotFound(err) || (err == nil && (pvc.DeletionTimestamp != nil || pvc.UID != firstClaim.UID)), nil
 	})

@@ -21,7 +21,8 @@ const (
 
 	// ReleaseOnNodeDeletionAnnotation on a PVC (value "true") lets
 	// diskfit-scheduler delete the claim when the Node its volume lives on
-	// is deleted, so that a StatefulSet recreates it and its pod elsewhere.
+	// is deleted and stays deleted for two minutes, so that a StatefulSet
+	// recreates it and its pod elsewhere.
 	// The data is lost with the node; without the annotation the claim
 	// stays and its pod waits for the node.
 	ReleaseOnNodeDeletionAnnotation = "diskfit.io/release-on-node-deletion"
