@@ -65,7 +65,7 @@ verify: tools ## Fail when generated files are stale or a manifest does not rend
 
 .PHONY: test
 test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, local cluster). Needs root.
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 45m ./...
 
 .PHONY: bench
 bench: deps tools build ## Run every benchmark and print its tables (placement quality, scheduler plugin, driver, scheduling throughput, scheduler memory, time to bind). Needs root. Results: docs/benchmarks.md.

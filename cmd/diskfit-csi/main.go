@@ -47,7 +47,7 @@ func main() {
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "address to serve /metrics on (e.g. :9808); empty disables it")
 	fs.DurationVar(&o.resync, "disknode-resync", 30*time.Second, "how often the DiskNode status is refreshed")
 	fs.DurationVar(&o.orphanGrace, "orphan-grace-period", 10*time.Minute,
-		"remove volumes without a PersistentVolume (and snapshots without a VolumeSnapshotContent) once they are this old; 0 disables it")
+		"remove a volume that never had a PersistentVolume (a snapshot that never had a VolumeSnapshotContent) once it has been without one this long; 0 removes nothing. Whatever once had one is never removed by the driver")
 	command.Run("diskfit-csi", fs, func(ctx context.Context) error { return run(ctx, o) })
 }
 
@@ -88,25 +88,26 @@ func run(ctx context.Context, o options) error {
 		OrphanGracePeriod: o.orphanGrace,
 		Faults:            faults,
 	}
-	// The PV informer runs only when the sweep does, and stops (Shutdown
-	// waits for it) when run returns, whyever it does.
+	// The PV informer stops (Shutdown waits for it) when run returns,
+	// whyever it does.
 	factory := informers.NewSharedInformerFactory(kc, 0)
 	defer factory.Shutdown()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if o.orphanGrace > 0 {
-		dyn, err := dynamic.NewForConfig(restCfg)
-		if err != nil {
-			return fmt.Errorf("creating dynamic client: %w", err)
-		}
-		orphans, err := kube.NewOrphanFinder(kc, dyn, factory)
-		if err != nil {
-			return err
-		}
-		cfg.Orphans = orphans
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return fmt.Errorf("creating dynamic client: %w", err)
 	}
+	orphans, err := kube.NewOrphanFinder(kc, dyn, factory)
+	if err != nil {
+		return err
+	}
+	cfg.Orphans = orphans
 	d, err := driver.New(cfg)
 	if err != nil {
+		return err
+	}
+	if err := orphans.OnVolumeHandle(func(handle string) { d.VolumeReferenced(ctx, handle) }); err != nil {
 		return err
 	}
 	factory.Start(ctx.Done())

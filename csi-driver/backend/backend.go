@@ -46,6 +46,28 @@ const (
 	StateReady State = "ready"
 )
 
+// Refs is what the driver has seen of the API object that refers to a
+// volume (its PersistentVolume) or a snapshot (its VolumeSnapshotContent).
+// It decides what the driver may remove on its own: only what provably
+// never had such an object, so that data a PV or content once stood for is
+// kept whatever happens to that object (a PV deleted with reclaim policy
+// Retain, a control plane restored from an older backup).
+type Refs struct {
+	// NeverReferenced is set when the volume or snapshot is made and
+	// cleared for good the first time something is seen referring to it. A
+	// record without it (made before the field existed, or referred to
+	// since) is never removed by the driver on its own.
+	NeverReferenced bool `json:"neverReferenced,omitempty"`
+	// UnreferencedSince is when the driver first found nothing referring
+	// to it; zero while something does.
+	UnreferencedSince time.Time `json:"unreferencedSince,omitzero"`
+}
+
+// Equal reports whether r and o say the same.
+func (r Refs) Equal(o Refs) bool {
+	return r.NeverReferenced == o.NeverReferenced && r.UnreferencedSince.Equal(o.UnreferencedSince)
+}
+
 // Volume is a volume as its disk records it.
 type Volume struct {
 	// Key names the volume on its disk; see KeyForName.
@@ -64,6 +86,7 @@ type Volume struct {
 	State State `json:"state"`
 	// CreatedAt is when creation started.
 	CreatedAt time.Time `json:"createdAt"`
+	Refs
 }
 
 // Snapshot is a point-in-time copy of a volume, kept on the same disk.
@@ -80,6 +103,7 @@ type Snapshot struct {
 	State State `json:"state"`
 	// CreatedAt is when the snapshot was taken.
 	CreatedAt time.Time `json:"createdAt"`
+	Refs
 }
 
 // CreateRequest asks for a new volume.
@@ -145,6 +169,8 @@ type Backend interface {
 	GetVolume(ctx context.Context, key string) (*Volume, error)
 	// ListVolumes returns the ready volumes, sorted by key.
 	ListVolumes(ctx context.Context) ([]Volume, error)
+	// SetVolumeRefs records what the driver has seen of the volume's PV.
+	SetVolumeRefs(ctx context.Context, key string, refs Refs) error
 	// ExpandVolume grows a volume to at least sizeBytes; it never shrinks.
 	ExpandVolume(ctx context.Context, key string, sizeBytes int64) (*Volume, error)
 	// VolumeHealth returns nil when the volume's data is reachable.
@@ -170,6 +196,9 @@ type Backend interface {
 	GetSnapshot(ctx context.Context, key string) (*Snapshot, error)
 	// ListSnapshots returns the ready snapshots, sorted by key.
 	ListSnapshots(ctx context.Context) ([]Snapshot, error)
+	// SetSnapshotRefs records what the driver has seen of the snapshot's
+	// VolumeSnapshotContent.
+	SetSnapshotRefs(ctx context.Context, key string, refs Refs) error
 }
 
 // MaxKeyLength bounds a key; volume IDs are "<disk>:<key>".

@@ -305,7 +305,7 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		Key: req.Key, Name: req.Name, SizeBytes: req.SizeBytes,
 		PVCNamespace: req.PVCNamespace, PVCName: req.PVCName,
 		SourceSnapshot: req.FromSnapshot, SourceVolume: req.FromVolume,
-		State: StateCreating, CreatedAt: time.Now().UTC(),
+		State: StateCreating, CreatedAt: time.Now().UTC(), Refs: Refs{NeverReferenced: true},
 	}
 	meta := filepath.Join(f.volumes, req.Key+metaSuffix)
 	// A leftover from an earlier failed attempt is replaced, not reused:
@@ -513,6 +513,26 @@ func (f *File) ListVolumes(ctx context.Context) ([]Volume, error) {
 	return vols, nil
 }
 
+// SetVolumeRefs implements Backend: the record is replaced durably.
+func (f *File) SetVolumeRefs(ctx context.Context, key string, refs Refs) error {
+	vol, err := f.GetVolume(ctx, key)
+	if err != nil {
+		return err
+	}
+	vol.Refs = refs
+	return f.writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol, true, fault.Step{})
+}
+
+// SetSnapshotRefs implements Backend, like SetVolumeRefs.
+func (f *File) SetSnapshotRefs(ctx context.Context, key string, refs Refs) error {
+	snap, err := f.GetSnapshot(ctx, key)
+	if err != nil {
+		return err
+	}
+	snap.Refs = refs
+	return f.writeJSONAtomic(filepath.Join(f.snapshots, key+metaSuffix), snap, true, fault.Step{})
+}
+
 // ExpandVolume implements Backend: the file grows first, then the record,
 // then the loop device's idea of the size. A crash in between leaves a file
 // larger than its record, which Start cuts back (or a retry grows to the
@@ -685,7 +705,8 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	if err != nil {
 		return nil, fmt.Errorf("source volume: %w", err)
 	}
-	snap := &Snapshot{Key: key, Name: name, SourceVolume: sourceKey, SizeBytes: src.SizeBytes, State: StateCreating, CreatedAt: time.Now().UTC()}
+	snap := &Snapshot{Key: key, Name: name, SourceVolume: sourceKey, SizeBytes: src.SizeBytes, State: StateCreating, CreatedAt: time.Now().UTC(),
+		Refs: Refs{NeverReferenced: true}}
 	meta := filepath.Join(f.snapshots, key+metaSuffix)
 	if err := f.removePair(ctx, f.snapshots, key); err != nil {
 		return nil, err

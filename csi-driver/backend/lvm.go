@@ -48,14 +48,17 @@ const DeviceMapperControl = "/dev/mapper/control"
 // LV tags record everything the backend needs to rebuild its view, so the
 // volume group itself is the database.
 const (
-	tagPrefix    = "diskfit."
-	tagName      = tagPrefix + "name="
-	tagPVC       = tagPrefix + "pvc="
-	tagState     = tagPrefix + "state="
-	tagSource    = tagPrefix + "source="
-	tagSnapshot  = tagPrefix + "snapshot"
-	volumePrefix = "v-"
-	snapPrefix   = "s-"
+	tagPrefix   = "diskfit."
+	tagName     = tagPrefix + "name="
+	tagPVC      = tagPrefix + "pvc="
+	tagState    = tagPrefix + "state="
+	tagSource   = tagPrefix + "source="
+	tagSnapshot = tagPrefix + "snapshot"
+	// tagNeverReferenced and tagUnreferencedSince (Unix seconds) hold Refs.
+	tagNeverReferenced   = tagPrefix + "never-referenced"
+	tagUnreferencedSince = tagPrefix + "unreferenced-since="
+	volumePrefix         = "v-"
+	snapPrefix           = "s-"
 	// extent is LVM's default extent size; sizes are rounded up to it so
 	// that the size recorded equals the size allocated.
 	extent = 4 << 20
@@ -202,6 +205,7 @@ type lv struct {
 	state     State
 	snapshot  bool
 	createdAt time.Time
+	refs      Refs
 }
 
 type lvsReport struct {
@@ -257,6 +261,12 @@ func parseLVs(out string) ([]lv, error) {
 					v.source = strings.TrimPrefix(tag, tagSource)
 				case tag == tagSnapshot:
 					v.snapshot = true
+				case tag == tagNeverReferenced:
+					v.refs.NeverReferenced = true
+				case strings.HasPrefix(tag, tagUnreferencedSince):
+					if sec, err := strconv.ParseInt(strings.TrimPrefix(tag, tagUnreferencedSince), 10, 64); err == nil {
+						v.refs.UnreferencedSince = time.Unix(sec, 0).UTC()
+					}
 				}
 			}
 			if ours {
@@ -279,7 +289,7 @@ func roundExtent(size int64) int64 {
 func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool) []string {
 	args := []string{"--yes", "--name", lvName, "--size", strconv.FormatInt(roundExtent(size), 10) + "b",
 		"--addtag", tagName + base64.RawURLEncoding.EncodeToString([]byte(csiName)),
-		"--addtag", tagState + string(StateCreating)}
+		"--addtag", tagState + string(StateCreating), "--addtag", tagNeverReferenced}
 	if pvc != "" {
 		args = append(args, "--addtag", tagPVC+pvc)
 	}
@@ -394,7 +404,7 @@ func (l *LVM) removeLV(ctx context.Context, name string) error {
 }
 
 func (l *LVM) volume(v *lv, key string) *Volume {
-	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt}
+	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Refs: v.refs}
 	vol.PVCNamespace, vol.PVCName, _ = strings.Cut(v.pvc, "/")
 	return vol
 }
@@ -539,7 +549,47 @@ func (l *LVM) GetSnapshot(ctx context.Context, key string) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt}, nil
+	return snapshot(v, key), nil
+}
+
+func snapshot(v *lv, key string) *Snapshot {
+	return &Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Refs: v.refs}
+}
+
+// SetVolumeRefs implements Backend: the Refs tags are replaced.
+func (l *LVM) SetVolumeRefs(ctx context.Context, key string, refs Refs) error {
+	return l.setRefs(ctx, volumePrefix+key, refs)
+}
+
+// SetSnapshotRefs implements Backend, like SetVolumeRefs.
+func (l *LVM) SetSnapshotRefs(ctx context.Context, key string, refs Refs) error {
+	return l.setRefs(ctx, snapPrefix+key, refs)
+}
+
+func (l *LVM) setRefs(ctx context.Context, lvName string, refs Refs) error {
+	v, err := l.find(ctx, lvName)
+	if err != nil {
+		return err
+	}
+	args := []string{}
+	if v.refs.NeverReferenced && !refs.NeverReferenced {
+		args = append(args, "--deltag", tagNeverReferenced)
+	} else if !v.refs.NeverReferenced && refs.NeverReferenced {
+		args = append(args, "--addtag", tagNeverReferenced)
+	}
+	if !v.refs.UnreferencedSince.Equal(refs.UnreferencedSince) {
+		if !v.refs.UnreferencedSince.IsZero() {
+			args = append(args, "--deltag", tagUnreferencedSince+strconv.FormatInt(v.refs.UnreferencedSince.Unix(), 10))
+		}
+		if !refs.UnreferencedSince.IsZero() {
+			args = append(args, "--addtag", tagUnreferencedSince+strconv.FormatInt(refs.UnreferencedSince.Unix(), 10))
+		}
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	_, err = l.run.Run(ctx, "lvchange", append(args, l.vg+"/"+lvName)...)
+	return err
 }
 
 // ListSnapshots implements Backend.
@@ -551,7 +601,7 @@ func (l *LVM) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
 	var snaps []Snapshot
 	for _, v := range lvs {
 		if key, ok := strings.CutPrefix(v.name, snapPrefix); ok && v.state == StateReady && v.snapshot {
-			snaps = append(snaps, Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt})
+			snaps = append(snaps, *snapshot(&v, key))
 		}
 	}
 	return snaps, nil

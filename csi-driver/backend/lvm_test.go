@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
@@ -78,17 +80,13 @@ func (f *fakeLVM) Run(_ context.Context, name string, args ...string) (string, e
 		f.vgFree -= lv.size
 	case "lvchange":
 		lv := f.lvs[lvName]
-		if del := flag("--deltag"); del != "" {
-			var kept []string
-			for _, tag := range lv.tags {
-				if tag != del {
-					kept = append(kept, tag)
-				}
+		for i := 0; i+1 < len(args); i++ {
+			switch args[i] {
+			case "--deltag":
+				lv.tags = slices.DeleteFunc(lv.tags, func(tag string) bool { return tag == args[i+1] })
+			case "--addtag":
+				lv.tags = append(lv.tags, args[i+1])
 			}
-			lv.tags = kept
-		}
-		if add := flag("--addtag"); add != "" {
-			lv.tags = append(lv.tags, add)
 		}
 	case "lvextend":
 		lv := f.lvs[lvName]
@@ -145,7 +143,7 @@ func TestLVMLifecycle(t *testing.T) {
 		t.Errorf("volume %+v (sizes round up to 4MiB extents)", vol)
 	}
 	wantCreate := "lvcreate --yes --name v-k1 --size 12582912b --addtag diskfit.name=" + base64.RawURLEncoding.EncodeToString([]byte(name)) +
-		" --addtag diskfit.state=creating --addtag diskfit.pvc=ns/claim vg0"
+		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.pvc=ns/claim vg0"
 	if !contains(run.calls, wantCreate) {
 		t.Errorf("calls %q lack %q", run.calls, wantCreate)
 	}
@@ -162,7 +160,7 @@ func TestLVMLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !contains(run.calls, "lvcreate --yes --name s-s1 --size 20971520b --addtag diskfit.name="+base64.RawURLEncoding.EncodeToString([]byte("snap"))+
-		" --addtag diskfit.state=creating --addtag diskfit.source=k1 --addtag diskfit.snapshot --snapshot vg0/v-k1") {
+		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.source=k1 --addtag diskfit.snapshot --snapshot vg0/v-k1") {
 		t.Errorf("snapshot command missing: %q", run.calls)
 	}
 	vols, _ := l.ListVolumes(ctx)
@@ -335,4 +333,34 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestLVMRefs: what the driver records of a volume's PV lives in LV tags
+// and reads back the same, through every change the sweep makes.
+func TestLVMRefs(t *testing.T) {
+	ctx := context.Background()
+	l := newLVM(t, newFakeLVM(1<<30), true)
+	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k", Name: "k", SizeBytes: 4 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, want := range []Refs{
+		{NeverReferenced: true},
+		{NeverReferenced: true, UnreferencedSince: since},
+		{},
+		{UnreferencedSince: since.Add(time.Hour)},
+		{UnreferencedSince: since},
+		{},
+	} {
+		if err := l.SetVolumeRefs(ctx, "k", want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.GetVolume(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Refs.Equal(want) {
+			t.Errorf("refs %+v after setting %+v", got.Refs, want)
+		}
+	}
 }

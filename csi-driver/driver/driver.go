@@ -68,10 +68,12 @@ type Config struct {
 	// Status publishes the DiskNode; nil means nothing is published.
 	Status StatusPublisher
 	// Orphans finds volumes and snapshots that no API object refers to;
-	// nil disables the orphan sweep.
+	// nil disables the orphan sweep, which also keeps track of the volumes
+	// without a PV that the DiskNode reports.
 	Orphans OrphanFinder
-	// OrphanGracePeriod is how old a volume or snapshot without its API
-	// object must be before it is removed; 0 disables the orphan sweep.
+	// OrphanGracePeriod is how long a volume or snapshot that never had
+	// its API object must have been without one before it is removed; 0
+	// removes nothing.
 	OrphanGracePeriod time.Duration
 	// Faults stops the driver at a step of an operation, for crash tests
 	// (see package fault); nil otherwise.
@@ -266,7 +268,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	orphansDone := make(chan struct{})
 	go func() {
 		defer close(orphansDone)
-		if d.cfg.Orphans != nil && d.cfg.OrphanGracePeriod > 0 {
+		if d.cfg.Orphans != nil {
 			d.orphanLoop(ctx)
 		}
 	}()

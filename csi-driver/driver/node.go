@@ -109,6 +109,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, err
 	}
 	defer d.locks.lock("volume/" + key)()
+	// The kubelet stages only volumes of PVs: from here on the volume may
+	// hold data, and the driver never removes it on its own.
+	if err := d.changeRefs(ctx, d.volumeRefs(), dk, key, func(backend.Refs) backend.Refs { return backend.Refs{} }); err != nil {
+		return nil, toStatus(fmt.Errorf("recording that volume %s has a PV: %w", req.GetVolumeId(), err))
+	}
 	dev, err := dk.backend.Attach(ctx, key)
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("attaching volume %s: %w", req.GetVolumeId(), err))

@@ -5,29 +5,59 @@ import (
 	"errors"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
 // OrphanFinder tells which of the driver's volumes and snapshots no API
-// object refers to any more. Both methods fail, rather than guess, when
-// they cannot tell for sure; the sweep then removes nothing.
+// object refers to. Both methods fail, rather than guess, when they cannot
+// tell; the sweep then changes nothing.
 type OrphanFinder interface {
 	// VolumesWithoutPV returns those of the volume IDs that no
-	// PersistentVolume of this driver has as its volume handle.
-	VolumesWithoutPV(ctx context.Context, ids []string) ([]string, error)
+	// PersistentVolume of this driver has as its volume handle. With
+	// confirm set, IDs the cache has no PV for are confirmed by the API
+	// server; without it the answer may lag behind a PV made a moment ago.
+	VolumesWithoutPV(ctx context.Context, ids []string, confirm bool) ([]string, error)
 	// SnapshotsWithoutContent returns those of the snapshot IDs that no
-	// VolumeSnapshotContent of this driver has as its snapshot handle.
+	// VolumeSnapshotContent of this driver has as its snapshot handle,
+	// asking the API server.
 	SnapshotsWithoutContent(ctx context.Context, ids []string) ([]string, error)
 }
 
-// orphanSweepInterval is how often orphans are looked for: twice per grace
-// period, so an orphan goes between one and one and a half grace periods
-// after it was made.
-func orphanSweepInterval(grace time.Duration) time.Duration { return max(grace/2, time.Second) }
+// The sweep keeps track of what refers to each volume (its PV) and each
+// snapshot (its VolumeSnapshotContent), in their records (backend.Refs),
+// and removes only what provably never had such an object: the claim was
+// deleted while its volume was provisioned, so CreateVolume succeeded and
+// no PV was ever made (external-provisioner cannot call DeleteVolume for a
+// volume it has no PV for). Whatever once had a PV is kept, data and all,
+// when the PV goes without a DeleteVolume: a PV with reclaim policy Retain
+// deleted by an admin, or a control plane restored from an older backup.
+// Such volumes are reported in the DiskNode and removed only through the
+// Kubernetes reclaim path (`diskfit reclaim`).
+//
+// A volume is known to have had a PV when the sweep, the PV informer
+// (VolumeReferenced) or NodeStageVolume (the kubelet stages only volumes
+// of PVs) saw one. A volume never seen with one is removed once it has
+// been without one for the grace period, counted from the first sweep that
+// found it without one, and after the API server confirmed it.
 
-// orphanLoop sweeps orphans every orphanSweepInterval until ctx ends.
+// orphanSweepInterval is how often the sweep runs: twice per grace period,
+// so a never-referenced volume goes between one and one and a half grace
+// periods after it was first found without a PV; every defaultSweepInterval
+// when removal is off (grace 0), to keep the records and the DiskNode's
+// count of volumes without a PV current.
+func orphanSweepInterval(grace time.Duration) time.Duration {
+	if grace <= 0 {
+		return defaultSweepInterval
+	}
+	return max(grace/2, time.Second)
+}
+
+const defaultSweepInterval = 5 * time.Minute
+
+// orphanLoop sweeps every orphanSweepInterval until ctx ends.
 func (d *Driver) orphanLoop(ctx context.Context) {
 	ticker := time.NewTicker(orphanSweepInterval(d.cfg.OrphanGracePeriod))
 	defer ticker.Stop()
@@ -41,36 +71,79 @@ func (d *Driver) orphanLoop(ctx context.Context) {
 	}
 }
 
-// orphan is a volume or snapshot old enough to be removed if nothing in
-// the API refers to it.
-type orphan struct {
+// swept is a volume or snapshot as a sweep lists it.
+type swept struct {
 	dk      *disk
 	key     string
 	name    string
 	created time.Time
-	age     time.Duration
+	refs    backend.Refs
 }
 
-// errReplaced says a candidate was deleted, or deleted and made again,
-// since the sweep listed it; it is not an orphan of this sweep.
-var errReplaced = errors.New("deleted or made again since it was listed")
+// refKind is what the sweep needs to know about volumes or snapshots.
+type refKind struct {
+	// name is the kind label of diskfit_orphans_removed_total.
+	name string
+	// lock is the prefix of the per-key lock.
+	lock string
+	// without returns those of ids that nothing refers to; confirm asks
+	// the API server rather than a cache.
+	without func(ctx context.Context, ids []string, confirm bool) ([]string, error)
+	// get and set read and replace a record's Refs; remove deletes it.
+	get    func(ctx context.Context, dk *disk, key string) (time.Time, backend.Refs, error)
+	set    func(ctx context.Context, dk *disk, key string, refs backend.Refs) error
+	remove func(ctx context.Context, dk *disk, key string) error
+}
 
-// sweepOrphans removes the volumes that have been without a PV, and the
-// snapshots that have been without a VolumeSnapshotContent, for longer than
-// the grace period: the PVC was deleted while the volume was provisioned
-// (CreateVolume succeeded, no PV was ever made), or the PV went and its
-// DeleteVolume never reached the driver. A volume younger than the grace
-// period may be about to get its PV, and is kept. Disks that are unhealthy
-// are skipped, an API error stops the sweep, and a volume still attached is
-// left alone (it is in use, whatever the API says).
+func (d *Driver) volumeRefs() refKind {
+	return refKind{
+		name: orphanVolume, lock: "volume/",
+		without: func(ctx context.Context, ids []string, confirm bool) ([]string, error) {
+			return d.cfg.Orphans.VolumesWithoutPV(ctx, ids, confirm)
+		},
+		get: func(ctx context.Context, dk *disk, key string) (time.Time, backend.Refs, error) {
+			v, err := dk.backend.GetVolume(ctx, key)
+			if err != nil {
+				return time.Time{}, backend.Refs{}, err
+			}
+			return v.CreatedAt, v.Refs, nil
+		},
+		set: func(ctx context.Context, dk *disk, key string, refs backend.Refs) error {
+			return dk.backend.SetVolumeRefs(ctx, key, refs)
+		},
+		remove: func(ctx context.Context, dk *disk, key string) error { return dk.backend.DeleteVolume(ctx, key) },
+	}
+}
+
+func (d *Driver) snapshotRefs() refKind {
+	return refKind{
+		name: orphanSnapshot, lock: "snapshot/",
+		without: func(ctx context.Context, ids []string, _ bool) ([]string, error) {
+			return d.cfg.Orphans.SnapshotsWithoutContent(ctx, ids)
+		},
+		get: func(ctx context.Context, dk *disk, key string) (time.Time, backend.Refs, error) {
+			s, err := dk.backend.GetSnapshot(ctx, key)
+			if err != nil {
+				return time.Time{}, backend.Refs{}, err
+			}
+			return s.CreatedAt, s.Refs, nil
+		},
+		set: func(ctx context.Context, dk *disk, key string, refs backend.Refs) error {
+			return dk.backend.SetSnapshotRefs(ctx, key, refs)
+		},
+		remove: func(ctx context.Context, dk *disk, key string) error { return dk.backend.DeleteSnapshot(ctx, key) },
+	}
+}
+
+// sweepOrphans lists every volume and snapshot of the healthy disks and
+// brings their Refs up to date with the API, removing those that never
+// had a PV or content and have been without one for the grace period.
 func (d *Driver) sweepOrphans(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	grace := d.cfg.OrphanGracePeriod
-	if d.cfg.Orphans == nil || grace <= 0 {
+	if d.cfg.Orphans == nil {
 		return
 	}
-	now := d.now()
-	var vols, snaps []orphan
+	var vols, snaps []swept
 	for _, dk := range d.disks {
 		if dk.health(ctx) != nil {
 			continue
@@ -81,9 +154,7 @@ func (d *Driver) sweepOrphans(ctx context.Context) {
 			continue
 		}
 		for _, v := range vs {
-			if age := now.Sub(v.CreatedAt); age >= grace {
-				vols = append(vols, orphan{dk: dk, key: v.Key, name: v.Name, created: v.CreatedAt, age: age})
-			}
+			vols = append(vols, swept{dk: dk, key: v.Key, name: v.Name, created: v.CreatedAt, refs: v.Refs})
 		}
 		if !dk.backend.SupportsSnapshots() {
 			continue
@@ -94,78 +165,152 @@ func (d *Driver) sweepOrphans(ctx context.Context) {
 			continue
 		}
 		for _, s := range ss {
-			if age := now.Sub(s.CreatedAt); age >= grace {
-				snaps = append(snaps, orphan{dk: dk, key: s.Key, name: s.Name, created: s.CreatedAt, age: age})
-			}
+			snaps = append(snaps, swept{dk: dk, key: s.Key, name: s.Name, created: s.CreatedAt, refs: s.Refs})
 		}
 	}
-	d.removeOrphans(ctx, orphanVolume, vols, d.cfg.Orphans.VolumesWithoutPV, d.removeOrphanVolume)
-	d.removeOrphans(ctx, orphanSnapshot, snaps, d.cfg.Orphans.SnapshotsWithoutContent, d.removeOrphanSnapshot)
+	d.sweep(ctx, d.volumeRefs(), vols)
+	d.sweep(ctx, d.snapshotRefs(), snaps)
 }
 
-// removeOrphans asks the API which candidates are orphans and removes those.
-func (d *Driver) removeOrphans(ctx context.Context, kind string, candidates []orphan,
-	find func(context.Context, []string) ([]string, error), remove func(context.Context, orphan) error) {
+// sweep updates the Refs of items and removes the orphans among them.
+func (d *Driver) sweep(ctx context.Context, kind refKind, items []swept) {
+	if len(items) == 0 {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	// Records keep whole seconds (LVM tags hold Unix seconds).
+	now, grace := d.now().UTC().Truncate(time.Second), d.cfg.OrphanGracePeriod
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = makeID(it.dk.name, it.key)
+	}
+	unref, err := kind.without(ctx, ids, false)
+	if err != nil {
+		logger.Error(err, "Cannot tell what refers to the disks' contents, changing nothing", "kind", kind.name, "count", len(ids))
+		return
+	}
+	without := sets.New(unref...)
+	var candidates []swept
+	for i, it := range items {
+		switch {
+		case !without.Has(ids[i]):
+			d.updateRefs(ctx, kind, it, func(backend.Refs) backend.Refs { return backend.Refs{} })
+		case it.refs.UnreferencedSince.IsZero():
+			d.updateRefs(ctx, kind, it, func(r backend.Refs) backend.Refs {
+				if r.UnreferencedSince.IsZero() {
+					r.UnreferencedSince = now
+					if !r.NeverReferenced {
+						logger.Info("Nothing refers to it any more; keeping it until it is reclaimed", "kind", kind.name, "id", ids[i], "name", it.name)
+					}
+				}
+				return r
+			})
+		case it.refs.NeverReferenced && grace > 0 && now.Sub(it.refs.UnreferencedSince) >= grace:
+			candidates = append(candidates, it)
+		}
+	}
+	d.removeOrphans(ctx, kind, candidates)
+}
+
+// updateRefs replaces an item's Refs with what change makes of the
+// current ones, under the item's lock. NeverReferenced is never set again
+// once cleared.
+func (d *Driver) updateRefs(ctx context.Context, kind refKind, it swept, change func(backend.Refs) backend.Refs) {
+	defer d.locks.lock(kind.lock + it.key)()
+	if err := d.changeRefs(ctx, kind, it.dk, it.key, change); err != nil && !errors.Is(err, backend.ErrNotFound) {
+		klog.FromContext(ctx).Error(err, "Recording what refers to it", "kind", kind.name, "id", makeID(it.dk.name, it.key))
+	}
+}
+
+// changeRefs is updateRefs for a caller that holds the lock.
+func (d *Driver) changeRefs(ctx context.Context, kind refKind, dk *disk, key string, change func(backend.Refs) backend.Refs) error {
+	_, cur, err := kind.get(ctx, dk, key)
+	if err != nil {
+		return err
+	}
+	next := change(cur)
+	next.NeverReferenced = next.NeverReferenced && cur.NeverReferenced
+	if next.Equal(cur) {
+		return nil
+	}
+	return kind.set(ctx, dk, key, next)
+}
+
+// VolumeReferenced records that a PersistentVolume refers to the volume
+// id, if it is one of this node's: from then on the driver never removes
+// it on its own. The PV informer calls it for every PV of this driver it
+// sees, so a PV that existed for a moment between two sweeps still counts.
+func (d *Driver) VolumeReferenced(ctx context.Context, id string) {
+	if !d.ready.Load() {
+		return
+	}
+	dk, key, err := d.volumeOf(id)
+	if err != nil {
+		return
+	}
+	kind := d.volumeRefs()
+	defer d.locks.lock(kind.lock + key)()
+	err = d.changeRefs(ctx, kind, dk, key, func(backend.Refs) backend.Refs { return backend.Refs{} })
+	if err != nil && !errors.Is(err, backend.ErrNotFound) {
+		klog.FromContext(ctx).Error(err, "Recording the PV of a volume", "volume", id)
+	}
+}
+
+// removeOrphans asks the API server to confirm that nothing refers to the
+// candidates and removes those.
+func (d *Driver) removeOrphans(ctx context.Context, kind refKind, candidates []swept) {
 	if len(candidates) == 0 {
 		return
 	}
 	logger := klog.FromContext(ctx)
-	byID := map[string]orphan{}
+	byID := map[string]swept{}
 	ids := make([]string, 0, len(candidates))
-	for _, o := range candidates {
-		id := makeID(o.dk.name, o.key)
-		byID[id] = o
+	for _, it := range candidates {
+		id := makeID(it.dk.name, it.key)
+		byID[id] = it
 		ids = append(ids, id)
 	}
-	orphans, err := find(ctx, ids)
+	orphans, err := kind.without(ctx, ids, true)
 	if err != nil {
-		logger.Error(err, "Cannot tell which are orphans, removing none", "kind", kind, "candidates", len(ids))
+		logger.Error(err, "Cannot tell which are orphans, removing none", "kind", kind.name, "candidates", len(ids))
 		return
 	}
 	for _, id := range orphans {
-		o, ok := byID[id]
+		it, ok := byID[id]
 		if !ok {
 			continue
 		}
-		err := remove(ctx, o)
+		err := d.removeOrphan(ctx, kind, it)
 		switch {
 		case errors.Is(err, errReplaced):
-			logger.V(2).Info("Orphan candidate changed during the sweep, keeping it", "kind", kind, "id", id)
+			logger.V(2).Info("Orphan candidate changed during the sweep, keeping it", "kind", kind.name, "id", id)
 		case errors.Is(err, backend.ErrInUse):
-			logger.Info("Orphan is in use, keeping it", "kind", kind, "id", id, "name", o.name, "err", err.Error())
+			logger.Info("Orphan is in use, keeping it", "kind", kind.name, "id", id, "name", it.name, "err", err.Error())
 		case err != nil:
-			logger.Error(err, "Removing orphan", "kind", kind, "id", id, "name", o.name)
+			logger.Error(err, "Removing orphan", "kind", kind.name, "id", id, "name", it.name)
 		default:
-			logger.Info("Removed orphan", "kind", kind, "id", id, "name", o.name, "age", o.age.Round(time.Second))
-			d.diskMetrics.orphansRemoved.WithLabelValues(kind).Inc()
+			logger.Info("Removed orphan: nothing ever referred to it", "kind", kind.name, "id", id, "name", it.name,
+				"withoutReferenceFor", d.now().Sub(it.refs.UnreferencedSince).Round(time.Second))
+			d.diskMetrics.orphansRemoved.WithLabelValues(kind.name).Inc()
 			d.triggerStatus()
 		}
 	}
 }
 
-// removeOrphanVolume deletes the volume under its lock, if it is still
-// the one the sweep listed.
-func (d *Driver) removeOrphanVolume(ctx context.Context, o orphan) error {
-	defer d.locks.lock("volume/" + o.key)()
-	vol, err := o.dk.backend.GetVolume(ctx, o.key)
-	if errors.Is(err, backend.ErrNotFound) || (err == nil && !vol.CreatedAt.Equal(o.created)) {
-		return errReplaced
-	}
-	if err != nil {
-		return err
-	}
-	return o.dk.backend.DeleteVolume(ctx, o.key)
-}
+// errReplaced says a candidate was deleted, made again, or referred to
+// since the sweep listed it; it is not an orphan of this sweep.
+var errReplaced = errors.New("deleted, made again or referred to since it was listed")
 
-// removeOrphanSnapshot is removeOrphanVolume for a snapshot.
-func (d *Driver) removeOrphanSnapshot(ctx context.Context, o orphan) error {
-	defer d.locks.lock("snapshot/" + o.key)()
-	snap, err := o.dk.backend.GetSnapshot(ctx, o.key)
-	if errors.Is(err, backend.ErrNotFound) || (err == nil && !snap.CreatedAt.Equal(o.created)) {
+// removeOrphan deletes the item under its lock if it is still the one the
+// sweep listed and still never referenced.
+func (d *Driver) removeOrphan(ctx context.Context, kind refKind, it swept) error {
+	defer d.locks.lock(kind.lock + it.key)()
+	created, refs, err := kind.get(ctx, it.dk, it.key)
+	if errors.Is(err, backend.ErrNotFound) || (err == nil && (!created.Equal(it.created) || !refs.Equal(it.refs))) {
 		return errReplaced
 	}
 	if err != nil {
 		return err
 	}
-	return o.dk.backend.DeleteSnapshot(ctx, o.key)
+	return kind.remove(ctx, it.dk, it.key)
 }

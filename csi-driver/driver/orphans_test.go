@@ -7,6 +7,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/backend"
 	"github.com/diskfit/diskfit/csi-driver/kube"
 )
 
@@ -60,9 +62,27 @@ func newOrphanEnv(t *testing.T, startInformer bool, snapshotContents ...*unstruc
 		factory.Start(ctx.Done())
 		factory.WaitForCacheSync(ctx.Done())
 	}
+	// As diskfit-csi wires it: every PV the informer sees counts.
+	if err := finder.OnVolumeHandle(func(handle string) { e.d.VolumeReferenced(e.ctx, handle) }); err != nil {
+		t.Fatal(err)
+	}
 	e.d.cfg.Orphans = finder
 	e.d.cfg.OrphanGracePeriod = orphanGrace
 	return e
+}
+
+// refs returns the Refs the record of a volume on the only disk holds.
+func (e *orphanEnv) refs(t *testing.T, id string) backend.Refs {
+	t.Helper()
+	_, key, err := parseID("volume", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol, err := e.d.disk("only").backend.GetVolume(e.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vol.Refs
 }
 
 func (e *orphanEnv) addPV(t *testing.T, name, driver, handle string) {
@@ -142,9 +162,12 @@ func (e *orphanEnv) removed(t *testing.T) map[string]float64 {
 }
 
 // TestOrphanSweep makes one volume or snapshot for each case of the sweep
-// on one disk, sweeps once with the clock past the grace period for all
-// but the young ones, and checks that exactly the orphans went, that they
-// were counted, and that the DiskNode shows what is left.
+// on one disk and sweeps twice, a grace period apart: the first sweep
+// finds what has no PV or content, the second removes what never had one.
+// Exactly the volumes and snapshots that never had their API object go,
+// they are counted, and the DiskNode reports the volumes without a PV.
+// Above all, a volume whose PV existed and was deleted (reclaim policy
+// Retain, then the PV deleted by an admin) is kept.
 func TestOrphanSweep(t *testing.T) {
 	e := newOrphanEnv(t, true,
 		snapshotContent("content-bound", "only:snap-bound", false),
@@ -154,9 +177,15 @@ func TestOrphanSweep(t *testing.T) {
 	// CreateVolume succeeded but no PV was ever made (the PVC was deleted
 	// while it was provisioned).
 	create("pvc-never-bound")
-	// The PV was deleted and DeleteVolume never came.
-	e.addPV(t, "pv-deleted", diskfit.DriverName, create("pvc-pv-deleted"))
-	if err := e.kube.CoreV1().PersistentVolumes().Delete(e.ctx, "pv-deleted", metav1.DeleteOptions{}); err != nil {
+	// The PV existed (for a moment only: no sweep saw it) and was deleted
+	// without DeleteVolume, as deleting a Released PV with reclaim policy
+	// Retain does.
+	retained := create("pvc-retained")
+	e.addPV(t, "pv-retained", diskfit.DriverName, retained)
+	if err := waitFor(e.ctx, func() (bool, error) { return !e.refs(t, retained).NeverReferenced, nil }); err != nil {
+		t.Fatalf("the PV informer never recorded the PV of %s", retained)
+	}
+	if err := e.kube.CoreV1().PersistentVolumes().Delete(e.ctx, "pv-retained", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A PV of another driver with the same handle is not this volume's.
@@ -167,28 +196,31 @@ func TestOrphanSweep(t *testing.T) {
 	e.waitForPVCache(t, 2)
 	e.stopPVs()
 	e.addPV(t, "pv-late", diskfit.DriverName, create("pvc-late-pv"))
-	// In use on this node, whatever the API says.
+	// Staged on this node: only a PV's volume is, whatever the API says.
 	attached := create("pvc-attached")
 	e.stage(t, attached, mountCap())
 	// Snapshots with and without their content.
 	e.snapshot(t, "snap-orphan", bound)
 	e.snapshot(t, "snap-bound", bound)
 	e.snapshot(t, "snap-preprovisioned", bound)
-	cut := time.Now()
+
+	first := time.Now()
+	e.d.now = func() time.Time { return first }
+	e.d.sweepOrphans(e.ctx)
 	create("pvc-young")
 	e.snapshot(t, "snap-young", bound)
-	e.d.now = func() time.Time { return cut.Add(orphanGrace) }
-
+	e.d.now = func() time.Time { return first.Add(orphanGrace + time.Second) }
 	e.d.sweepOrphans(e.ctx)
-	want := []string{"only:pvc-attached", "only:pvc-bound", "only:pvc-late-pv", "only:pvc-young",
+
+	want := []string{"only:pvc-attached", "only:pvc-bound", "only:pvc-late-pv", "only:pvc-retained", "only:pvc-young",
 		"snapshot only:snap-bound", "snapshot only:snap-preprovisioned", "snapshot only:snap-young"}
 	if got := e.remaining(t); !slices.Equal(got, want) {
-		t.Errorf("after the sweep:\n got  %v\n want %v", got, want)
+		t.Errorf("after the sweeps:\n got  %v\n want %v", got, want)
 	}
-	if got, want := e.removed(t), map[string]float64{orphanVolume: 3, orphanSnapshot: 1}; !maps.Equal(got, want) {
+	if got, want := e.removed(t), map[string]float64{orphanVolume: 2, orphanSnapshot: 1}; !maps.Equal(got, want) {
 		t.Errorf("diskfit_orphans_removed_total %v, want %v", got, want)
 	}
-	for _, gone := range []string{"pvc-never-bound", "pvc-pv-deleted", "pvc-other-driver"} {
+	for _, gone := range []string{"pvc-never-bound", "pvc-other-driver"} {
 		for _, suffix := range []string{".json", ".img"} {
 			if files, _ := filepath.Glob(filepath.Join(e.paths["only"], "diskfit", "volumes", gone+suffix)); len(files) != 0 {
 				t.Errorf("files of the removed volume left: %v", files)
@@ -200,19 +232,41 @@ func TestOrphanSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := dn.Status.Disk("only").VolumeCount; n != 4 {
-		t.Errorf("DiskNode counts %d volumes, want the 4 left", n)
+	st := dn.Status.Disk("only")
+	if st.VolumeCount != 5 {
+		t.Errorf("DiskNode counts %d volumes, want the 5 left", st.VolumeCount)
 	}
-	// A second sweep finds nothing more.
+	// The retained volume, the staged one (kept, but the API has no PV
+	// for it), the one whose PV the stopped cache never saw, and the young
+	// one whose PV does not exist yet.
+	var handles []string
+	for _, w := range st.WithoutPV {
+		handles = append(handles, w.VolumeHandle)
+		if w.VolumeHandle == retained && (w.NeverHadPV || w.Claim != "" || !w.Since.Time.Equal(first.UTC().Truncate(time.Second))) {
+			t.Errorf("the retained volume is reported as %+v", w)
+		}
+	}
+	slices.Sort(handles)
+	if want := []string{"only:pvc-attached", "only:pvc-late-pv", "only:pvc-retained", "only:pvc-young"}; !slices.Equal(handles, want) ||
+		st.VolumesWithoutPV != 4 || st.BytesWithoutPV != 4*300*mi {
+		t.Errorf("DiskNode reports %d volumes (%d bytes) without a PV: %v; want %v", st.VolumesWithoutPV, st.BytesWithoutPV, handles, want)
+	}
+	// Much later, the young volume and snapshot, which never got their
+	// API objects, are gone; the retained and the staged volumes are
+	// still there, however long they have been without a PV.
+	e.d.now = func() time.Time { return first.Add(100 * orphanGrace) }
 	e.d.sweepOrphans(e.ctx)
+	e.d.sweepOrphans(e.ctx)
+	want = slices.DeleteFunc(want, func(id string) bool { return strings.Contains(id, "young") })
 	if got := e.remaining(t); !slices.Equal(got, want) {
-		t.Errorf("after a second sweep: %v", got)
+		t.Errorf("after later sweeps:\n got  %v\n want %v", got, want)
 	}
 }
 
-// TestOrphanSweepRemovesNothingWhenUnsure sweeps a disk holding one old
-// volume and one old snapshot, neither with an API object, whenever the
-// API cannot say for sure that they are orphans: nothing is removed.
+// TestOrphanSweepRemovesNothingWhenUnsure sweeps a disk holding one volume
+// and one snapshot, neither with an API object, twice an hour apart,
+// whenever the API cannot say for sure that they are orphans: nothing is
+// removed.
 func TestOrphanSweepRemovesNothingWhenUnsure(t *testing.T) {
 	apiDown := errors.New("the API server is unreachable")
 	// The snapshot has its content, so only the volume is in question.
@@ -232,7 +286,7 @@ func TestOrphanSweepRemovesNothingWhenUnsure(t *testing.T) {
 			e.addPV(t, "pv", diskfit.DriverName, "only:pvc-old")
 			e.dynamic.PrependReactor("list", "volumesnapshotcontents", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, apiDown })
 		}},
-		{name: "grace period 0 disables the sweep", synced: true, setup: func(e *orphanEnv) { e.d.cfg.OrphanGracePeriod = 0 }},
+		{name: "grace period 0 removes nothing", synced: true, setup: func(e *orphanEnv) { e.d.cfg.OrphanGracePeriod = 0 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,6 +294,7 @@ func TestOrphanSweepRemovesNothingWhenUnsure(t *testing.T) {
 			vol := e.mustCreate(t, createReq("pvc-old", 300*mi))
 			e.snapshot(t, "snap-old", vol.VolumeId)
 			tt.setup(e)
+			e.d.sweepOrphans(e.ctx)
 			e.d.now = func() time.Time { return time.Now().Add(time.Hour) }
 			e.d.sweepOrphans(e.ctx)
 			if got, want := e.remaining(t), []string{"only:pvc-old", "snapshot only:snap-old"}; !slices.Equal(got, want) {

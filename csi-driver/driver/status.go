@@ -2,12 +2,14 @@ package driver
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
 // maxMessageLength is the DiskNode schema's limit on a disk's message.
@@ -47,7 +49,32 @@ func (d *Driver) diskStatus(ctx context.Context, dk *disk) v1alpha1.DiskStatus {
 	}
 	st.FreeBytes = u.FreeBytes
 	st.CapacityBytes = min(u.FreeBytes+used, u.CapacityBytes)
+	withoutPV(&st, dk.name, vols)
 	return st
+}
+
+// withoutPV reports the volumes the orphan sweep found without a PV, the
+// longest without one first.
+func withoutPV(st *v1alpha1.DiskStatus, diskName string, vols []backend.Volume) {
+	for _, v := range vols {
+		if v.UnreferencedSince.IsZero() {
+			continue
+		}
+		st.VolumesWithoutPV++
+		st.BytesWithoutPV += v.SizeBytes
+		claim := ""
+		if v.PVCName != "" {
+			claim = v.PVCNamespace + "/" + v.PVCName
+		}
+		st.WithoutPV = append(st.WithoutPV, v1alpha1.VolumeWithoutPV{
+			VolumeHandle: makeID(diskName, v.Key), SizeBytes: v.SizeBytes, Claim: claim,
+			Since: metav1.NewTime(v.UnreferencedSince), NeverHadPV: v.NeverReferenced,
+		})
+	}
+	slices.SortStableFunc(st.WithoutPV, func(a, b v1alpha1.VolumeWithoutPV) int { return a.Since.Compare(b.Since.Time) })
+	if len(st.WithoutPV) > v1alpha1.MaxWithoutPV {
+		st.WithoutPV = st.WithoutPV[:v1alpha1.MaxWithoutPV]
+	}
 }
 
 // Observe returns the node's current DiskNode status.

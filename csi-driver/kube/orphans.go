@@ -66,8 +66,28 @@ func volumeHandle(pv *corev1.PersistentVolume) (string, bool) {
 	return csi.VolumeHandle, true
 }
 
+// OnVolumeHandle calls fn with the volume handle of every PV of this
+// driver the informer sees added or updated.
+func (f *OrphanFinder) OnVolumeHandle(fn func(handle string)) error {
+	each := func(obj any) {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok {
+			if handle, ok := volumeHandle(pv); ok {
+				fn(handle)
+			}
+		}
+	}
+	_, err := f.pvs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    each,
+		UpdateFunc: func(_, obj any) { each(obj) },
+	})
+	if err != nil {
+		return fmt.Errorf("watching PVs: %w", err)
+	}
+	return nil
+}
+
 // VolumesWithoutPV implements driver.OrphanFinder.
-func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string) ([]string, error) {
+func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confirm bool) ([]string, error) {
 	if !f.pvs.HasSynced() {
 		return nil, errors.New("the PV cache has not synced yet")
 	}
@@ -81,8 +101,8 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string) ([]st
 			uncached = append(uncached, id)
 		}
 	}
-	if len(uncached) == 0 {
-		return nil, nil
+	if len(uncached) == 0 || !confirm {
+		return uncached, nil
 	}
 	handles := sets.New[string]()
 	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {

@@ -123,6 +123,9 @@ func (n *Node) startDriver() error {
 		"--kubeconfig=" + n.cluster.nodeKubeconfig,
 		"--kubelet-dir=" + n.KubeletDir,
 		"--disknode-resync=5s",
+		// Short, so that the e2e suite sees several orphan sweeps (every
+		// 10s) in a test.
+		"--orphan-grace-period=20s",
 		"-v=4",
 	}, nil)
 	return err

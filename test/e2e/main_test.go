@@ -35,6 +35,8 @@ var (
 	restConfig *rest.Config
 	kube       kubernetes.Interface
 	diskfitAPI versioned.Interface
+	// kubeconfigFile is the kubeconfig the suite's clients use.
+	kubeconfigFile string
 	// localBin holds the binaries TestMain built for the local cluster.
 	localBin string
 	// localDir is the local cluster's run directory when TestMain started
@@ -118,6 +120,7 @@ func forbiddenRequests(logDir string) []string {
 
 func setupClients(path string) error {
 	var err error
+	kubeconfigFile = path
 	if restConfig, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
 		return err
 	}
@@ -157,7 +160,7 @@ func startLocalCluster() (*localCluster, error) {
 	lc := &localCluster{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig"), logDir: logDir}
 	bin := filepath.Join(dir, "bin")
 	localBin = bin
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/diskfit-csi", "./cmd/diskfit-scheduler", "./test/cmd/localcluster")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/diskfit-csi", "./cmd/diskfit-scheduler", "./cmd/diskfit", "./test/cmd/localcluster")
 	build.Dir, build.Stdout, build.Stderr = repo, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return nil, fmt.Errorf("building binaries: %w", err)

@@ -60,6 +60,7 @@ func newRootCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
 	cmd.AddCommand(newStatusCommand(streams, d))
 	cmd.AddCommand(newExplainCommand(streams, d))
 	cmd.AddCommand(newSimulateCommand(streams, d))
+	cmd.AddCommand(newReclaimCommand(streams, d))
 	return cmd
 }
 

@@ -63,6 +63,12 @@ type DiskReport struct {
 	Healthy bool `json:"healthy"`
 	// Message explains the disk's health.
 	Message string `json:"message,omitempty"`
+	// VolumesWithoutPV and BytesWithoutPV count the disk's volumes that no
+	// PersistentVolume refers to; WithoutPV lists them (at most 32, the
+	// longest without a PV first).
+	VolumesWithoutPV int32                      `json:"volumesWithoutPV"`
+	BytesWithoutPV   int64                      `json:"bytesWithoutPV"`
+	WithoutPV        []v1alpha1.VolumeWithoutPV `json:"withoutPV,omitempty"`
 }
 
 // statusOptions are diskfit status's flags and arguments.
@@ -79,7 +85,8 @@ func newStatusCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command
 		Short: "Show capacity, use and health of every diskfit disk",
 		Long: "status prints, per node and disk, the capacity, the space used and " +
 			"free, the number of volumes and the health the node's diskfit driver " +
-			"last reported in its DiskNode. With node names, only those nodes.",
+			"last reported in its DiskNode, and the volumes that no PersistentVolume " +
+			"refers to. With node names, only those nodes.",
 		Example: "  diskfit status\n  diskfit status node-a -o yaml",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.nodes = args
@@ -151,6 +158,10 @@ func NewStatusReport(items []v1alpha1.DiskNode) StatusReport {
 				VolumeCount:   d.VolumeCount,
 				Healthy:       d.Healthy,
 				Message:       d.Message,
+
+				VolumesWithoutPV: d.VolumesWithoutPV,
+				BytesWithoutPV:   d.BytesWithoutPV,
+				WithoutPV:        d.WithoutPV,
 			})
 		}
 		r.Nodes = append(r.Nodes, n)
@@ -163,13 +174,13 @@ func NewStatusReport(items []v1alpha1.DiskNode) StatusReport {
 const barWidth = 20
 
 // PrintStatusTable writes the report as a table, one row per disk, the
-// node's name and the age of its report on its first row, and then the
-// messages of unhealthy disks.
+// node's name and the age of its report on its first row, then the
+// messages of unhealthy disks and the volumes without a PV.
 func PrintStatusTable(out io.Writer, r StatusReport, now time.Time) error {
 	var buf bytes.Buffer
 	w := tabwriter.NewWriter(&buf, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tDISK\tCLASS\tBACKEND\tCAPACITY\tUSED\tFREE\tVOLUMES\tHEALTH\tUSAGE\tOBSERVED")
-	var problems []string
+	var problems, withoutPV []string
 	for _, n := range r.Nodes {
 		observed := "never"
 		if n.ObservedTime != nil {
@@ -190,6 +201,7 @@ func PrintStatusTable(out io.Writer, r StatusReport, now time.Time) error {
 				health = "UNHEALTHY"
 				problems = append(problems, fmt.Sprintf("%s/%s: %s", n.Name, d.Name, cmp.Or(d.Message, "no reason given")))
 			}
+			withoutPV = append(withoutPV, describeWithoutPV(n.Name, d, now)...)
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
 				node, d.Name, cmp.Or(d.DeviceClass, "-"), d.Backend,
 				packing.FormatBytes(d.CapacityBytes), packing.FormatBytes(d.UsedBytes), packing.FormatBytes(d.FreeBytes),
@@ -204,7 +216,31 @@ func PrintStatusTable(out io.Writer, r StatusReport, now time.Time) error {
 			return err
 		}
 	}
+	if len(withoutPV) > 0 {
+		if _, err := fmt.Fprintf(out, "\nVolumes without a PersistentVolume (kept with their data; re-create a PV for one, or remove it with diskfit reclaim NODE VOLUME):\n  %s\n",
+			strings.Join(withoutPV, "\n  ")); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// describeWithoutPV is a line per volume of d without a PV, and one for
+// those the DiskNode does not list.
+func describeWithoutPV(node string, d DiskReport, now time.Time) []string {
+	var lines []string
+	for _, v := range d.WithoutPV {
+		line := fmt.Sprintf("%s %s %s, claim %s, without a PV for %s", node, v.VolumeHandle, packing.FormatBytes(v.SizeBytes),
+			cmp.Or(v.Claim, "-"), duration.HumanDuration(now.Sub(v.Since.Time)))
+		if v.NeverHadPV {
+			line += " (never had one: removed by the driver after the orphan grace period)"
+		}
+		lines = append(lines, line)
+	}
+	if more := int(d.VolumesWithoutPV) - len(d.WithoutPV); more > 0 {
+		lines = append(lines, fmt.Sprintf("%s/%s: %d more", node, d.Name, more))
+	}
+	return lines
 }
 
 // usageBar draws used/capacity as "[#####...............]  25%"; cells

@@ -190,7 +190,9 @@ func TestStatusJSONSchema(t *testing.T) {
           "freeBytes": 1073741824,
           "volumeCount": 2,
           "healthy": false,
-          "message": "gone"
+          "message": "gone",
+          "volumesWithoutPV": 0,
+          "bytesWithoutPV": 0
         }
       ]
     }

@@ -113,6 +113,30 @@ type DiskStatus struct {
 	// +optional
 	VolumeCount int32 `json:"volumeCount,omitempty"`
 
+	// VolumesWithoutPV counts the disk's volumes that no PersistentVolume
+	// refers to: their PV was deleted with reclaim policy Retain, or lost
+	// (a control plane restored from an older backup), or, for a moment,
+	// is still being made. The driver never removes a volume that once had
+	// a PV: it keeps its data until an admin re-creates a PV for it or
+	// reclaims it (diskfit reclaim). A volume that never had one (its
+	// claim went away while it was provisioned) is counted until the driver
+	// removes it after the orphan grace period.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	VolumesWithoutPV int32 `json:"volumesWithoutPV,omitempty"`
+
+	// BytesWithoutPV is the size of those volumes together.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	BytesWithoutPV int64 `json:"bytesWithoutPV,omitempty"`
+
+	// WithoutPV lists those volumes, the longest without a PV first, at
+	// most MaxWithoutPV of them.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	// +optional
+	WithoutPV []VolumeWithoutPV `json:"withoutPV,omitempty"`
+
 	// Healthy is false when the disk cannot take new volumes; Message says why.
 	Healthy bool `json:"healthy"`
 
@@ -120,6 +144,36 @@ type DiskStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// MaxWithoutPV is how many volumes without a PV a DiskStatus lists.
+const MaxWithoutPV = 32
+
+// VolumeWithoutPV is a volume on a disk that no PersistentVolume refers to.
+type VolumeWithoutPV struct {
+	// VolumeHandle is the volume's CSI volume handle, what a PV's
+	// spec.csi.volumeHandle names.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	VolumeHandle string `json:"volumeHandle"`
+
+	// SizeBytes is the volume's size.
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes"`
+
+	// Claim is the namespace/name of the claim the volume was made for.
+	// +kubebuilder:validation:MaxLength=320
+	// +optional
+	Claim string `json:"claim,omitempty"`
+
+	// Since is when the driver first found no PV for it.
+	Since metav1.Time `json:"since"`
+
+	// NeverHadPV is true when no PV was ever seen for the volume: the
+	// driver removes it once it has been without one for the orphan grace
+	// period. Otherwise the driver keeps it until it is reclaimed.
+	// +optional
+	NeverHadPV bool `json:"neverHadPV,omitempty"`
 }
 
 // DiskNodeList is a list of DiskNodes.

@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+)
+
+// reclaimOptions are diskfit reclaim's flags and arguments.
+type reclaimOptions struct {
+	node, handle string
+	dryRun       bool
+	timeout      time.Duration
+}
+
+// The diskfit driver never deletes a volume that once had a PV on its own.
+// reclaim deletes one through the path Kubernetes itself deletes volumes
+// by: it makes a PV for the volume with reclaim policy Delete, bound to a
+// claim that does not exist. The PV controller marks it Released, and the
+// external-provisioner of the volume's node calls DeleteVolume and then
+// deletes the PV, with every check the driver makes for any DeleteVolume
+// (a volume still attached on its node is refused). Whoever runs it needs
+// to create PersistentVolumes: a cluster admin.
+func newReclaimCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
+	o := &reclaimOptions{}
+	cmd := &cobra.Command{
+		Use:   "reclaim NODE VOLUME",
+		Short: "Delete a volume that no PersistentVolume refers to any more, and its data",
+		Long: "reclaim deletes, data and all, a volume that the diskfit driver of NODE keeps " +
+			"although no PersistentVolume refers to it (its PV was deleted with reclaim " +
+			"policy Retain, or lost). diskfit status lists such volumes; VOLUME is the " +
+			"volume handle it shows. reclaim makes a PV for the volume with reclaim " +
+			"policy Delete bound to a claim that does not exist, so Kubernetes deletes it " +
+			"the usual way (the node's external-provisioner calls DeleteVolume and " +
+			"removes the PV), and waits for that. It refuses a volume that a PV refers to " +
+			"or that NODE's DiskNode does not list without one. It needs the right to " +
+			"create PersistentVolumes.",
+		Example: "  diskfit reclaim node-a nvme0:pvc-3f0c2a4e-8f0b-4c2e-9d59-1f2b3c4d5e6f\n" +
+			"  diskfit reclaim node-a nvme0:pvc-3f0c2a4e-8f0b-4c2e-9d59-1f2b3c4d5e6f --dry-run",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.node, o.handle = args[0], args[1]
+			c, err := d.clients()
+			if err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), c, streams)
+		},
+	}
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the PV reclaim would create and create nothing")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the volume to be deleted; 0 does not wait")
+	return cmd
+}
+
+func (o *reclaimOptions) run(ctx context.Context, c *Clients, streams genericiooptions.IOStreams) error {
+	dn, err := c.DiskFit.DiskfitV1alpha1().DiskNodes().Get(ctx, o.node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading DiskNode %s: %w", o.node, err)
+	}
+	vol, ok := findWithoutPV(dn, o.handle)
+	if !ok {
+		return fmt.Errorf("node %s does not report volume %s without a PersistentVolume (diskfit status %s lists those it does)", o.node, o.handle, o.node)
+	}
+	// The DiskNode may be a few seconds old: a PV made since then wins.
+	pvs, err := c.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing PersistentVolumes: %w", err)
+	}
+	for _, pv := range pvs.Items {
+		if pv.Spec.CSI != nil && pv.Spec.CSI.Driver == diskfit.DriverName && pv.Spec.CSI.VolumeHandle == o.handle {
+			return fmt.Errorf("PersistentVolume %s refers to volume %s: delete it (with reclaim policy Delete) instead", pv.Name, o.handle)
+		}
+	}
+	pv := reclaimPV(o.node, vol)
+	if o.dryRun {
+		return printEncoded(streams.Out, "yaml", pv)
+	}
+	if _, err := c.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating PersistentVolume %s: %w", pv.Name, err)
+	}
+	fmt.Fprintf(streams.Out, "Created PersistentVolume %s (reclaim policy Delete, bound to no claim) for volume %s on node %s.\n", pv.Name, o.handle, o.node)
+	if o.timeout <= 0 {
+		return nil
+	}
+	var last *v1.PersistentVolume
+	err = wait.PollUntilContextTimeout(ctx, time.Second, o.timeout, true, func(ctx context.Context) (bool, error) {
+		got, err := c.Kube.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		last = got
+		return false, nil
+	})
+	if err != nil {
+		phase := "unknown"
+		if last != nil {
+			phase = string(last.Status.Phase)
+		}
+		return fmt.Errorf("volume %s is not deleted after %s: PersistentVolume %s is %s (kubectl describe pv %s says why)", o.handle, o.timeout, pv.Name, phase, pv.Name)
+	}
+	fmt.Fprintf(streams.Out, "Deleted volume %s on node %s.\n", o.handle, o.node)
+	return nil
+}
+
+// findWithoutPV returns the DiskNode's entry for a volume without a PV.
+func findWithoutPV(dn *v1alpha1.DiskNode, handle string) (v1alpha1.VolumeWithoutPV, bool) {
+	for _, d := range dn.Status.Disks {
+		for _, v := range d.WithoutPV {
+			if v.VolumeHandle == handle {
+				return v, true
+			}
+		}
+	}
+	return v1alpha1.VolumeWithoutPV{}, false
+}
+
+// reclaimPV is a PV for vol on node that Kubernetes deletes with the
+// volume: reclaim policy Delete, the provisioned-by annotation that makes
+// the node's external-provisioner take it, node affinity to the node (a
+// provisioner in --node-deployment mode deletes only its node's volumes),
+// and a claim reference with a UID that no claim has, which the PV
+// controller reads as a claim deleted: the PV is Released at once.
+func reclaimPV(node string, vol v1alpha1.VolumeWithoutPV) *v1.PersistentVolume {
+	sum := sha256.Sum256([]byte(node + "/" + vol.VolumeHandle))
+	name := "diskfit-reclaim-" + hex.EncodeToString(sum[:8])
+	size := max(vol.SizeBytes, 1)
+	return &v1.PersistentVolume{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolume"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Annotations: map[string]string{provisionedByAnnotation: diskfit.DriverName, reclaimOfAnnotation: vol.VolumeHandle},
+		},
+		Spec: v1.PersistentVolumeSpec{
+			Capacity:                      v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)},
+			AccessModes:                   []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+				Driver: diskfit.DriverName, VolumeHandle: vol.VolumeHandle,
+			}},
+			ClaimRef: &v1.ObjectReference{
+				APIVersion: "v1", Kind: "PersistentVolumeClaim", Namespace: metav1.NamespaceDefault, Name: name,
+				UID: types.UID(uuid.NewUUID()),
+			},
+			NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+				MatchExpressions: []v1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: v1.NodeSelectorOpIn, Values: []string{node}}},
+			}}}},
+		},
+	}
+}
+
+const (
+	// provisionedByAnnotation names the provisioner that deletes a PV.
+	provisionedByAnnotation = "pv.kubernetes.io/provisioned-by"
+	// reclaimOfAnnotation marks PVs made by diskfit reclaim.
+	reclaimOfAnnotation = "diskfit.io/reclaim-of"
+)

@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+)
+
+const keptHandle = "nvme0:pvc-kept"
+
+// withKeptVolume is node-a with one volume whose Retain PV was deleted.
+func withKeptVolume() *v1alpha1.DiskNode {
+	d := disk("nvme0", "nvme", 4*gi, gi, 1)
+	d.VolumesWithoutPV, d.BytesWithoutPV = 1, 768*mi
+	d.WithoutPV = []v1alpha1.VolumeWithoutPV{{VolumeHandle: keptHandle, SizeBytes: 768 * mi, Claim: "shop/data-web-0",
+		Since: metav1.NewTime(testNow.Add(-2 * time.Hour))}}
+	return diskNode("node-a", 3*time.Second, d)
+}
+
+func TestStatusListsVolumesWithoutPV(t *testing.T) {
+	young := withKeptVolume()
+	d := &young.Status.Disks[0]
+	d.VolumesWithoutPV, d.BytesWithoutPV = 3, 768*mi+600*mi
+	d.WithoutPV = append(d.WithoutPV, v1alpha1.VolumeWithoutPV{VolumeHandle: "nvme0:pvc-new", SizeBytes: 300 * mi,
+		Since: metav1.NewTime(testNow.Add(-10 * time.Second)), NeverHadPV: true})
+	out, _, err := runCommand(t, "default", nil, []runtime.Object{young}, "status")
+	want := `NODE    DISK   CLASS  BACKEND  CAPACITY  USED  FREE  VOLUMES  HEALTH  USAGE                        OBSERVED
+node-a  nvme0  nvme   file     4Gi       3Gi   1Gi   1        ok      [###############.....]  75%  3s ago
+
+Volumes without a PersistentVolume (kept with their data; re-create a PV for one, or remove it with diskfit reclaim NODE VOLUME):
+  node-a nvme0:pvc-kept 768Mi, claim shop/data-web-0, without a PV for 120m
+  node-a nvme0:pvc-new 300Mi, claim -, without a PV for 10s (never had one: removed by the driver after the orphan grace period)
+  node-a/nvme0: 1 more
+`
+	checkResult(t, out, err, want, "")
+
+	out, _, err = runCommand(t, "default", nil, []runtime.Object{young}, "status", "-o", "json")
+	if err != nil || !strings.Contains(out, `"volumesWithoutPV": 3`) || !strings.Contains(out, `"volumeHandle": "nvme0:pvc-kept"`) {
+		t.Errorf("status -o json: %v\n%s", err, out)
+	}
+}
+
+// TestReclaim checks the PV reclaim makes, which Kubernetes' own reclaim
+// path deletes with the volume (the e2e suite runs that path for real),
+// and that reclaim refuses what it must not touch.
+func TestReclaim(t *testing.T) {
+	clients := &Clients{Kube: kubefake.NewClientset(), DiskFit: dffake.NewSimpleClientset(withKeptVolume())}
+	run := func(args ...string) (string, error) {
+		var out strings.Builder
+		cmd := newRootCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}, deps{
+			clients: func() (*Clients, error) { return clients, nil },
+			now:     func() time.Time { return testNow },
+		})
+		cmd.SetArgs(args)
+		err := cmd.ExecuteContext(context.Background())
+		return out.String(), err
+	}
+
+	if _, err := run("reclaim", "node-a", "nvme0:pvc-unknown"); err == nil || !strings.Contains(err.Error(), "does not report volume nvme0:pvc-unknown") {
+		t.Errorf("reclaiming a volume the DiskNode does not list: %v", err)
+	}
+	if out, err := run("reclaim", "node-a", keptHandle, "--dry-run"); err != nil || !strings.Contains(out, "volumeHandle: "+keptHandle) {
+		t.Errorf("dry run: %v\n%s", err, out)
+	}
+	if pvs, _ := clients.Kube.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{}); len(pvs.Items) != 0 {
+		t.Fatalf("the dry run created %d PVs", len(pvs.Items))
+	}
+
+	if _, err := run("reclaim", "node-a", keptHandle, "--timeout=0"); err != nil {
+		t.Fatal(err)
+	}
+	pvs, err := clients.Kube.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(pvs.Items) != 1 {
+		t.Fatalf("PVs after reclaim: %v, %v", pvs, err)
+	}
+	pv := pvs.Items[0]
+	got := struct {
+		Policy            v1.PersistentVolumeReclaimPolicy
+		Driver, Handle    string
+		ProvisionedBy     string
+		Node              []string
+		ClaimUIDSet       bool
+		Size              int64
+		ClaimNS, ClaimRef string
+	}{
+		pv.Spec.PersistentVolumeReclaimPolicy, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle,
+		pv.Annotations["pv.kubernetes.io/provisioned-by"],
+		pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values,
+		pv.Spec.ClaimRef.UID != "", pv.Spec.Capacity.Storage().Value(), pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name,
+	}
+	want := got
+	want.Policy, want.Driver, want.Handle = v1.PersistentVolumeReclaimDelete, diskfit.DriverName, keptHandle
+	want.ProvisionedBy, want.Node, want.ClaimUIDSet, want.Size = diskfit.DriverName, []string{"node-a"}, true, 768*mi
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("reclaim PV (-want +got):\n%s", diff)
+	}
+	if _, err := clients.Kube.CoreV1().PersistentVolumeClaims(pv.Spec.ClaimRef.Namespace).Get(context.Background(), pv.Spec.ClaimRef.Name, metav1.GetOptions{}); err == nil {
+		t.Error("the PV's claim exists: the PV would not be Released")
+	}
+
+	// Now a PV refers to the volume: reclaim refuses.
+	if _, err := run("reclaim", "node-a", keptHandle, "--timeout=0"); err == nil || !strings.Contains(err.Error(), "refers to volume") {
+		t.Errorf("reclaiming a volume a PV refers to: %v", err)
+	}
+}
