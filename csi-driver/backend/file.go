@@ -264,7 +264,8 @@ func (f *File) Health(_ context.Context) error {
 	return nil
 }
 
-// Usage implements Backend: statfs, minus headroom.
+// Usage implements Backend: statfs, minus headroom, minus what
+// copy-on-write of snapshots and clones may still need (see cowBytes).
 func (f *File) Usage(_ context.Context) (Usage, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(f.path, &st); err != nil {
@@ -272,6 +273,13 @@ func (f *File) Usage(_ context.Context) (Usage, error) {
 	}
 	size := int64(st.Blocks) * st.Frsize
 	avail := int64(st.Bavail) * st.Frsize
+	if f.reflink {
+		cow, err := f.cowBytes()
+		if err != nil {
+			return Usage{}, err
+		}
+		avail -= cow
+	}
 	u := Usage{CapacityBytes: max(size-f.reserved, 0), FreeBytes: max(avail-f.reserved, 0)}
 	u.FreeBytes = min(u.FreeBytes, u.CapacityBytes)
 	return u, nil
@@ -715,7 +723,14 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 		return nil, err
 	}
 	f.faults.Reach(fault.CreateSnapshotIntentRecorded)
-	err = makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), 0)
+	// Every written extent of the source gets one more sharer, whose
+	// rewrite the disk must be able to hold.
+	written, err := writtenBytes(f.volumeFile(sourceKey))
+	if err == nil {
+		err = f.space.allocate(ctx, f.Usage, written, func() error {
+			return makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), 0)
+		})
+	}
 	if err == nil {
 		f.faults.Reach(fault.CreateSnapshotDataCloned)
 		snap.State = StateReady
