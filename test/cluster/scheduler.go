@@ -44,6 +44,10 @@ func (c *Cluster) startScheduler() error {
 	if err != nil {
 		return err
 	}
+	// Tests read the scheduler's /metrics on this port.
+	if err := os.WriteFile(filepath.Join(c.Dir, SchedulerPortFile), []byte(strconv.Itoa(port)), 0o644); err != nil {
+		return err
+	}
 	// Supervised: tests kill the scheduler to prove that its ledger is
 	// rebuilt from API objects, and it comes back as a Deployment's would.
 	c.scheduler, err = startSupervised(diskfit.SchedulerName, c.LogDir, bin, []string{
@@ -56,6 +60,10 @@ func (c *Cluster) startScheduler() error {
 	}, nil)
 	return err
 }
+
+// SchedulerPortFile, in the run directory, holds the secure port of
+// diskfit-scheduler (/metrics, for a client allowed to get it).
+const SchedulerPortFile = "scheduler-port"
 
 // FreePort returns a TCP port on 127.0.0.1 that is free right now.
 func FreePort() (int, error) {

@@ -58,7 +58,7 @@ func TestExpandGrowsTheFilesystem(t *testing.T) {
 		t.Fatalf("claim capacity never reached 1Gi: %v; events:\n%s", err, events(t, ns, "grow"))
 	}
 	if localDir == "" {
-		return
+		t.Skip("the claim grew; checking the size of the pod's filesystem needs the local cluster, whose kubelet directories are on this host")
 	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(hostVolumePath(pod, pvc.Spec.VolumeName), &st); err != nil {
@@ -67,7 +67,6 @@ func TestExpandGrowsTheFilesystem(t *testing.T) {
 	if size := int64(st.Blocks) * st.Frsize; size < 900*mi {
 		t.Errorf("the pod's filesystem is %d bytes after expanding to 1Gi", size)
 	}
-	checkNoDiskOverbooked(t)
 }
 
 // Growing a volume beyond what its disk holds fails with ResourceExhausted

@@ -51,6 +51,7 @@ func TestSchedulerRestartsNeverOverbook(t *testing.T) {
 	bound, refused := settle(t, ns, pods, 4*time.Minute)
 	t.Logf("%d pods for room of %d across 3 scheduler kills: %d bound, %d refused", len(pods), fit, len(bound), len(refused))
 	checkFull(t, deviceClass, size, len(refused))
+	checkSchedulerKeptItsPromise(t, ns)
 }
 
 // waitPlaced waits until n claims of the namespace have a node and a disk.

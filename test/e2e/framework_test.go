@@ -4,6 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
@@ -282,12 +287,13 @@ func pvPlacement(pv *v1.PersistentVolume) (placement, error) {
 	return p, nil
 }
 
-// checkNoDiskOverbooked asserts that on every disk the diskfit PVs add up to
-// no more than the disk's capacity, and returns the bytes per disk.
-func checkNoDiskOverbooked(t *testing.T) map[placement]int64 {
+// pvBytesPerDisk returns the bytes of diskfit PVs on each disk. It is no
+// check of the scheduler: a disk's capacityBytes is the driver's free space
+// plus its volumes, so the PVs fit it whatever the scheduler did. What the
+// scheduler promises is checkSchedulerKeptItsPromise.
+func pvBytesPerDisk(t *testing.T) map[placement]int64 {
 	t.Helper()
-	ctx := ctxFor(t, time.Minute)
-	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	pvs, err := kube.CoreV1().PersistentVolumes().List(ctxFor(t, time.Minute), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,25 +310,97 @@ func checkNoDiskOverbooked(t *testing.T) map[placement]int64 {
 		}
 		used[p] += pv.Spec.Capacity.Storage().Value()
 	}
-	nodes, err := diskfitAPI.DiskfitV1alpha1().DiskNodes().List(ctx, metav1.ListOptions{})
+	return used
+}
+
+// checkSchedulerKeptItsPromise asserts what diskfit-scheduler promises for
+// the claims of ns it placed: the driver refused none of them (no
+// ProvisioningFailed event says ResourceExhausted: the scheduler never
+// sent a claim to a disk without room for it), and, on the local cluster,
+// once the pods have settled it holds no reservation in memory
+// (diskfit_reservations_held on its /metrics drops to 0).
+func checkSchedulerKeptItsPromise(t *testing.T, ns string) {
+	t.Helper()
+	if n := resourceExhausted(t, ns); n != 0 {
+		t.Errorf("the driver refused %d claims of %s with ResourceExhausted: the scheduler sent them to disks without room", n, ns)
+	}
+	checkNoReservationHeld(t)
+}
+
+// checkNoReservationHeld asserts, on the local cluster, that
+// diskfit-scheduler holds no reservation once the pods have settled: every
+// one was released or became visible on its claim.
+func checkNoReservationHeld(t *testing.T) {
+	t.Helper()
+	if localDir == "" {
+		return
+	}
+	var held float64
+	err := wait.PollUntilContextTimeout(ctxFor(t, time.Minute), time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		held, err = schedulerMetric(ctx, "diskfit_reservations_held")
+		return err == nil && held == 0, nil
+	})
+	if err != nil {
+		t.Errorf("diskfit-scheduler still holds %v reservations after the pods settled: %v", held, err)
+	}
+}
+
+// resourceExhausted counts the ProvisioningFailed events of ns that say
+// ResourceExhausted.
+func resourceExhausted(t *testing.T, ns string) int {
+	t.Helper()
+	evs, err := kube.CoreV1().Events(ns).List(ctxFor(t, time.Minute), metav1.ListOptions{FieldSelector: "reason=ProvisioningFailed"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	capacity := map[placement]int64{}
-	for _, dn := range nodes.Items {
-		for _, d := range dn.Status.Disks {
-			capacity[placement{dn.Name, d.Name}] = d.CapacityBytes
+	n := 0
+	for _, e := range evs.Items {
+		if strings.Contains(e.Message, "ResourceExhausted") {
+			n += int(max(e.Count, 1))
 		}
 	}
-	for p, bytes := range used {
-		c, ok := capacity[p]
-		if !ok {
-			t.Errorf("PVs on unknown disk %s/%s", p.node, p.disk)
-		} else if bytes > c {
-			t.Errorf("disk %s/%s overbooked: %d bytes of PVs, capacity %d", p.node, p.disk, bytes, c)
+	return n
+}
+
+// schedulerMetric reads one unlabelled sample from the local cluster's
+// diskfit-scheduler /metrics, as the suite's admin (the scheduler
+// authenticates the client certificate and asks the API server whether it
+// may read /metrics).
+func schedulerMetric(ctx context.Context, name string) (float64, error) {
+	port, err := os.ReadFile(filepath.Join(localDir, "scheduler-port"))
+	if err != nil {
+		return 0, err
+	}
+	tlsCfg, err := rest.TLSConfigFor(restConfig)
+	if err != nil {
+		return 0, err
+	}
+	// The scheduler serves with a certificate it made itself.
+	tlsCfg.InsecureSkipVerify = true
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:"+strings.TrimSpace(string(port))+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics: %s: %s", resp.Status, body)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	return used
+	return 0, fmt.Errorf("no %s in diskfit-scheduler's /metrics", name)
 }
 
 // pvcUpdateConflicts reads from the API server's metrics how many writes to

@@ -93,7 +93,7 @@ func TestDiskAndNodeArriveInOneWrite(t *testing.T) {
 	if conflicts := pvcUpdateConflicts(t) - conflictsBefore; conflicts != 0 {
 		t.Errorf("%d PVC updates were refused with a conflict, want 0", conflicts)
 	}
-	checkNoDiskOverbooked(t)
+	checkSchedulerKeptItsPromise(t, ns)
 }
 
 // A pod whose claim fits no single disk stays Pending and says why, per disk.

@@ -127,7 +127,7 @@ func TestDeletingClaimsFreesSpace(t *testing.T) {
 		waiting = append(waiting, pods[name]...)
 	}
 	waitPVCsBound(t, ns, waiting, 2*time.Minute)
-	checkNoDiskOverbooked(t)
+	checkSchedulerKeptItsPromise(t, ns)
 }
 
 // The nonlinear case. A node's two disks have 1Gi free each. A pod with
@@ -225,5 +225,12 @@ func TestNonlinearDisksFoolOnlyTheDefaultScheduler(t *testing.T) {
 	if pod.Spec.NodeName == node {
 		t.Errorf("diskfit placed the pod on %s, whose disks cannot hold its claims", node)
 	}
-	checkNoDiskOverbooked(t)
+	// The driver refused none of diskfit's claims.
+	for i := range 3 {
+		name := fmt.Sprintf("placed-%d", i)
+		if strings.Contains(events(t, ns, name), "ResourceExhausted") {
+			t.Errorf("the driver refused diskfit's claim %s with ResourceExhausted:\n%s", name, events(t, ns, name))
+		}
+	}
+	checkNoReservationHeld(t)
 }

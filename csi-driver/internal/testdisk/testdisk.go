@@ -18,16 +18,31 @@ import (
 	"k8s.io/mount-utils"
 )
 
+// RequireEnv, set to 1 (or CI set to anything), makes Require fail a test
+// that cannot have its real disks instead of skipping it, so that a broken
+// install cannot pass with most of the driver untested. .ci/run sets it.
+const RequireEnv = "DISKFIT_REQUIRE_REAL_DISKS"
+
 // Require skips the test unless it runs as root with the tools a real disk
-// needs; the skip message says which is missing.
+// needs; the message says which is missing. Where real disks are required
+// (RequireEnv), it fails the test instead.
 func Require(t testing.TB) {
 	t.Helper()
+	missing := func(format string, args ...any) {
+		t.Helper()
+		if os.Getenv(RequireEnv) == "1" || os.Getenv("CI") != "" {
+			t.Fatalf("real disks are required here ("+RequireEnv+"=1 or CI set), but: "+format, args...)
+		}
+		t.Skipf(format, args...)
+	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: mounts loop devices (run through `make test`)")
+		missing("needs root: mounts loop devices (run through `make test`)")
+		return
 	}
 	for _, tool := range []string{"losetup", "mkfs.xfs", "mkfs.ext4", "xfs_growfs", "resize2fs", "mount", "umount"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (apt-get install -y xfsprogs e2fsprogs util-linux)", tool)
+			missing("needs %s (apt-get install -y xfsprogs e2fsprogs util-linux)", tool)
+			return
 		}
 	}
 }
