@@ -29,6 +29,7 @@ package ledger
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"sync"
 	"time"
@@ -100,9 +101,43 @@ type diskState struct {
 	// used is everything the ledger counts on the disk; pending is the
 	// part the node plugin cannot have reported yet (annotated PVCs and
 	// reservations, not PVs).
-	used    int64
-	pending int64
+	used    total
+	pending total
 }
+
+// total is an exact running sum of byte counts. Claims are added and taken
+// away again in any order, and each may be as large as MaxInt64 (an 8Ei
+// request): an int64 sum would wrap into a negative "used" that makes a
+// full disk look empty, and a merely saturating one would not come back to
+// the right value when a claim is taken away after it saturated (two 8Ei
+// claims, one deleted, would leave the disk looking empty). 128 bits hold
+// any sum of fewer than 2^63 int64 terms, so subtracting what was added is
+// always exact; readers get the sum clamped to int64 (value).
+type total struct {
+	hi int64
+	lo uint64
+}
+
+func (t *total) add(v int64) {
+	lo, carry := bits.Add64(t.lo, uint64(v), 0)
+	t.lo = lo
+	// v>>63 sign-extends v to 128 bits.
+	t.hi += int64(carry) + v>>63
+}
+
+// value is the sum clamped to the int64 range.
+func (t total) value() int64 {
+	switch {
+	case t.hi == 0 && t.lo <= math.MaxInt64, t.hi == -1 && t.lo > math.MaxInt64:
+		return int64(t.lo)
+	case t.hi < 0:
+		return math.MinInt64
+	default:
+		return math.MaxInt64
+	}
+}
+
+func (t total) zero() bool { return t == total{} }
 
 type nodeState struct {
 	hasDiskNode     bool
@@ -169,9 +204,9 @@ func (l *Ledger) addUsage(u usage, src source, delta int64) {
 		n.disks = append(n.disks, diskState{name: u.loc.Disk})
 		d = &n.disks[len(n.disks)-1]
 	}
-	d.used += delta
+	d.used.add(delta)
 	if src != sourcePV {
-		d.pending += delta
+		d.pending.add(delta)
 	}
 }
 
@@ -267,7 +302,7 @@ func (l *Ledger) SetDiskNode(dn *v1alpha1.DiskNode) {
 	}
 	// Keep usage of disks the DiskNode no longer lists.
 	for _, old := range n.disks {
-		if (old.used != 0 || old.pending != 0) && dn.Status.Disk(old.name) == nil {
+		if (!old.used.zero() || !old.pending.zero()) && dn.Status.Disk(old.name) == nil {
 			old.known = false
 			disks = append(disks, old)
 		}
@@ -292,7 +327,7 @@ func (l *Ledger) DeleteDiskNode(name string) {
 	n.resourceVersion = ""
 	kept := n.disks[:0]
 	for _, d := range n.disks {
-		if d.used != 0 || d.pending != 0 {
+		if !d.used.zero() || !d.pending.zero() {
 			d.known = false
 			kept = append(kept, d)
 		}
@@ -362,9 +397,8 @@ func (l *Ledger) SetPV(pv *v1.PersistentVolume) {
 		}
 		return
 	}
-	size := pv.Spec.Capacity[v1.ResourceStorage]
 	l.pvClaim[pv.Name] = key
-	l.setSource(key, sourcePV, usage{loc: loc, bytes: size.Value()}, true)
+	l.setSource(key, sourcePV, usage{loc: loc, bytes: quantityBytes(pv.Spec.Capacity[v1.ResourceStorage])}, true)
 }
 
 // DeletePV forgets a PV, releasing its space.
@@ -403,12 +437,17 @@ func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
 // beyond int64 (1e100 is a valid quantity, whose Value is 0) is MaxInt64,
 // which fits on no disk.
 func ClaimSize(pvc *v1.PersistentVolumeClaim) int64 {
-	q := pvc.Spec.Resources.Requests[v1.ResourceStorage]
 	block := pvc.Spec.VolumeMode != nil && *pvc.Spec.VolumeMode == v1.PersistentVolumeBlock
+	return diskfit.VolumeBytes(quantityBytes(pvc.Spec.Resources.Requests[v1.ResourceStorage]), block)
+}
+
+// quantityBytes is q in bytes, clamped to [0, MaxInt64]: a quantity beyond
+// int64 (whose Value may be 0) is MaxInt64, which fits on no disk.
+func quantityBytes(q resource.Quantity) int64 {
 	if q.Cmp(maxInt64Quantity) > 0 {
 		return math.MaxInt64
 	}
-	return diskfit.VolumeBytes(q.Value(), block)
+	return max(q.Value(), 0)
 }
 
 var maxInt64Quantity = *resource.NewQuantity(math.MaxInt64, resource.BinarySI)
@@ -458,7 +497,7 @@ func appendDisks(n *nodeState, buf []packing.Disk) []packing.Disk {
 		if !d.known {
 			continue
 		}
-		free := min(d.capacity-d.used, d.reportedFree)
+		free := max(min(packing.SatSub(d.capacity, d.used.value()), d.reportedFree), 0)
 		buf = append(buf, packing.Disk{
 			Name:        d.name,
 			DeviceClass: d.deviceClass,
@@ -517,7 +556,7 @@ func (l *Ledger) Reserve(pod types.UID, node string, claims []packing.Claim, opt
 		// Claims of the pod on the same disk each see what the earlier
 		// ones left.
 		e.reservedFree = d.Free
-		d.Free -= c.Size
+		d.Free = packing.SatSub(d.Free, c.Size)
 		l.settle(c.Key, e)
 		keys = append(keys, c.Key)
 	}
@@ -591,7 +630,7 @@ func (l *Ledger) Used(loc Location) int64 {
 		return 0
 	}
 	if d := n.disk(loc.Disk); d != nil {
-		return d.used
+		return d.used.value()
 	}
 	return 0
 }

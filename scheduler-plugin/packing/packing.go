@@ -158,7 +158,7 @@ func Pack(disks []Disk, claims []Claim, opts Options, assign []int) bool {
 	rem = rem[:len(claims)+1]
 	rem[len(claims)] = 0
 	for i := len(claims) - 1; i >= 0; i-- {
-		rem[i] = rem[i+1] + claims[i].Size
+		rem[i] = SatAdd(rem[i+1], claims[i].Size)
 	}
 	s.remaining = rem
 	return s.search(0)
@@ -220,7 +220,7 @@ func (s *searcher) search(ci int) bool {
 	var total int64
 	for di := range s.disks {
 		if s.disks[di].Healthy && s.free[di] > 0 {
-			total += s.free[di]
+			total = SatAdd(total, s.free[di])
 		}
 	}
 	if total < s.remaining[ci] {
@@ -300,7 +300,7 @@ func Score(disks []Disk, claims []Claim, assign []int, s Strategy, weigh Weigher
 		placed = placedInline[:len(disks)]
 	}
 	for ci := range claims {
-		placed[assign[ci]] += claims[ci].Size
+		placed[assign[ci]] = SatAdd(placed[assign[ci]], claims[ci].Size)
 	}
 	var sum, weights int64
 	for ci := range claims {
@@ -312,7 +312,7 @@ func Score(disks []Disk, claims []Claim, assign []int, s Strategy, weigh Weigher
 		if w <= 0 || d.Capacity <= 0 {
 			continue
 		}
-		freeAfter := d.Free - placed[assign[ci]]
+		freeAfter := SatSub(d.Free, placed[assign[ci]])
 		if freeAfter < 0 {
 			freeAfter = 0
 		}

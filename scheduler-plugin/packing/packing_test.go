@@ -385,3 +385,28 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+// Sums of free space and of claim sizes saturate: two disks with nearly
+// the whole int64 range free each used to add up to a negative total, and
+// the exact search then pruned a placement that exists.
+func TestPackSumsDoNotWrap(t *testing.T) {
+	const maxInt64 = int64(^uint64(0) >> 1)
+	disks := []Disk{
+		{Name: "a", Capacity: maxInt64, Free: maxInt64, Healthy: true},
+		{Name: "b", Capacity: maxInt64, Free: maxInt64 - 1, Healthy: true},
+	}
+	// Greedy best fit puts the big claim on the fuller disk b, where the
+	// claim restricted to b no longer fits; the search finds big on a.
+	claims := []Claim{
+		{Key: "big", Name: "ns/big", Size: maxInt64 - 1},
+		{Key: "copy", Name: "ns/copy", Size: 1, Disk: "b"},
+	}
+	SortClaims(claims)
+	assign := make([]int, len(claims))
+	if !Pack(disks, claims, Options{}, assign) {
+		t.Fatalf("Pack: does not fit, want big on a and copy on b")
+	}
+	if got := []string{disks[assign[0]].Name, disks[assign[1]].Name}; got[0] != "a" || got[1] != "b" {
+		t.Errorf("assignment %v, want [a b]", got)
+	}
+}
