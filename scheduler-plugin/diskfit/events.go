@@ -168,13 +168,14 @@ func (pl *DiskFit) isSchedulableAfterPVDelete(logger klog.Logger, pod *v1.Pod, o
 }
 
 // isSchedulableAfterPVCDelete queues the pod when a PVC that held a disk
-// without a PV yet is gone.
+// without a PV yet is gone. A PVC whose class is not the diskfit driver's
+// held nothing, however it was annotated.
 func (pl *DiskFit) isSchedulableAfterPVCDelete(logger klog.Logger, pod *v1.Pod, oldObj, _ interface{}) (fwk.QueueingHint, error) {
 	pvc, ok := tombstone[*v1.PersistentVolumeClaim](oldObj)
 	if !ok {
 		return fwk.Queue, fmt.Errorf("unexpected PVC object %T", oldObj)
 	}
-	if _, placed := ledger.PVCLocation(pvc); !placed {
+	if _, placed := pl.ledger.CountedPVCLocation(pvc); !placed {
 		return fwk.QueueSkip, nil
 	}
 	pl.ledger.DeletePVC(pvc)
@@ -201,7 +202,7 @@ func (pl *DiskFit) pvcUpdateHint(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 		if oldPVC == nil {
 			return fwk.QueueSkip, nil
 		}
-		_, wasPlaced := ledger.PVCLocation(oldPVC)
+		_, wasPlaced := pl.ledger.CountedPVCLocation(oldPVC)
 		_, isPlaced := ledger.PVCLocation(newPVC)
 		if wasPlaced && !isPlaced && newPVC.Spec.VolumeName == "" {
 			pl.ledger.SetPVC(newPVC)

@@ -139,6 +139,9 @@ func TestVolumeHints(t *testing.T) {
 	released := placed.DeepCopy()
 	delete(released.Annotations, diskfit.SelectedNodeAnnotation)
 	unplaced := makePVC("other", diskfitClass, gi).PersistentVolumeClaim
+	forged := makePVC("forged", "no-such-class", gi).placed("n1", "d0").PersistentVolumeClaim
+	forgedReleased := forged.DeepCopy()
+	delete(forgedReleased.Annotations, diskfit.SelectedNodeAnnotation)
 
 	var pvcUpdate, pvAddUpdate, capacityAddUpdate fwk.QueueingHintFn
 	for _, e := range mustEvents(t, env) {
@@ -174,6 +177,12 @@ func TestVolumeHints(t *testing.T) {
 		{"another pod's PVC lost selected-node", func() (fwk.QueueingHint, error) {
 			return pvcUpdate(logger, pod, placed, released)
 		}, fwk.Queue},
+		{"forged PVC of a class that does not exist deleted (held nothing)", func() (fwk.QueueingHint, error) {
+			return env.pl.isSchedulableAfterPVCDelete(logger, pod, forged, nil)
+		}, fwk.QueueSkip},
+		{"forged PVC lost selected-node (held nothing)", func() (fwk.QueueingHint, error) {
+			return pvcUpdate(logger, pod, forged, forgedReleased)
+		}, fwk.QueueSkip},
 		{"another pod's PVC got a node", func() (fwk.QueueingHint, error) {
 			return pvcUpdate(logger, pod, unplaced, placed)
 		}, fwk.QueueSkip},

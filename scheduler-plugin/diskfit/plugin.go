@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -310,8 +311,11 @@ func PackingOptions(args *config.DiskFitArgs) packing.Options {
 	return opts
 }
 
-// watchVolumes feeds PVs and PVCs from the scheduler's shared informers into
-// the ledger.
+// watchVolumes feeds PVs, PVCs and StorageClasses from the scheduler's
+// shared informers into the ledger. The ledger needs the classes because an
+// annotated PVC counts only when its class is the diskfit driver's; a class
+// created, replaced or deleted later makes the claims naming it start or
+// stop counting (ledger.SetStorageClass), whichever informer delivers first.
 func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 	pvInformer := h.SharedInformerFactory().Core().V1().PersistentVolumes().Informer()
 	pvReg, err := pvInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -335,9 +339,10 @@ func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 		UpdateFunc: func(_, obj interface{}) { pl.onPVC(obj) },
 		DeleteFunc: func(obj interface{}) {
 			if pvc, ok := tombstone[*v1.PersistentVolumeClaim](obj); ok {
+				_, placed := pl.ledger.CountedPVCLocation(pvc)
 				pl.ledger.DeletePVC(pvc)
 				reservationsHeld.Set(float64(pl.ledger.Reservations()))
-				if _, placed := ledger.PVCLocation(pvc); placed && pvc.Spec.VolumeName == "" {
+				if placed {
 					pl.spaceFreed(klog.Background(), "placed PVC deleted")
 				}
 			}
@@ -346,8 +351,27 @@ func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 	if err != nil {
 		return fmt.Errorf("watching PVCs: %w", err)
 	}
-	pl.handlersSynced = append(pl.handlersSynced, pvReg.HasSynced, pvcReg.HasSynced)
+	scInformer := h.SharedInformerFactory().Storage().V1().StorageClasses().Informer()
+	scReg, err := scInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { pl.onStorageClass(obj) },
+		UpdateFunc: func(_, obj interface{}) { pl.onStorageClass(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if sc, ok := tombstone[*storagev1.StorageClass](obj); ok && pl.ledger.DeleteStorageClass(sc.Name) {
+				pl.spaceFreed(klog.Background(), "StorageClass of placed claims deleted")
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching StorageClasses: %w", err)
+	}
+	pl.handlersSynced = append(pl.handlersSynced, pvReg.HasSynced, pvcReg.HasSynced, scReg.HasSynced)
 	return nil
+}
+
+func (pl *DiskFit) onStorageClass(obj interface{}) {
+	if sc, ok := obj.(*storagev1.StorageClass); ok && pl.ledger.SetStorageClass(sc) {
+		pl.spaceFreed(klog.Background(), "StorageClass of placed claims no longer diskfit's")
+	}
 }
 
 func (pl *DiskFit) onPV(obj interface{}) {

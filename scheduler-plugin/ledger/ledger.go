@@ -1,10 +1,11 @@
 // Package ledger keeps the scheduler's view of free space on every disk of
 // every node:
 //
-//	pending    = Σ unbound PVCs annotated with this node and disk
+//	pending    = Σ unbound PVCs of a diskfit StorageClass annotated with
+//	             this node and disk
 //	           + Σ in-memory reservations not yet visible as such
-//	free(disk) = min( DiskNode reported free,
-//	                  capacity − Σ PVs on the disk − pending )
+//	free(disk) = max(0, min( DiskNode reported free,
+//	                         capacity − Σ PVs on the disk − pending ))
 //
 // This is DESIGN.md's formula. It relies on what the node plugin publishes
 // as capacity: free space plus the space of the disk's volumes (see
@@ -15,12 +16,17 @@
 // between the report that shows it and the PV that binds it, and leave pods
 // refused for space that is there, with no event to retry them.
 //
+// An annotated PVC counts only when its StorageClass is known to be
+// provisioned by the diskfit driver (SetStorageClass): anyone who may
+// create a PVC can write the annotations, on a claim no diskfit provisioner
+// will serve. Sums of bytes never wrap (total, packing.SatAdd).
+//
 // Everything but the reservations is fed from API objects (DiskNodes, PVs,
-// PVCs), so a restarted scheduler rebuilds the same ledger from its
-// informers. Each claim is counted once, by its most authoritative source:
-// its PV if one exists, else its annotated PVC, else a reservation. Per-disk
-// totals are kept up to date incrementally, so reading a node's disks costs
-// a map lookup and a copy.
+// PVCs, StorageClasses), so a restarted scheduler rebuilds the same ledger
+// from its informers, in whatever order they deliver. Each claim is counted
+// once, by its most authoritative source: its PV if one exists, else its
+// annotated PVC, else a reservation. Per-disk totals are kept up to date
+// incrementally, so reading a node's disks costs a map lookup and a copy.
 //
 // The package uses API types but no scheduler framework, so simulations
 // can drive it directly.
@@ -35,8 +41,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
@@ -173,6 +181,20 @@ type Ledger struct {
 	pvClaim map[string]string
 	// reservations maps a pod to the claim keys it reserved.
 	reservations map[types.UID][]string
+	// classes are the StorageClasses provisioned by the diskfit driver.
+	classes map[string]struct{}
+	// placed holds every unbound PVC annotated with a node and a disk,
+	// whether or not its class makes it count, and byClass the keys of
+	// those naming each class, so that a StorageClass event re-evaluates
+	// exactly the claims that name it.
+	placed  map[string]placedClaim
+	byClass map[string]map[string]struct{}
+}
+
+// placedClaim is an unbound PVC annotated with a node and a disk.
+type placedClaim struct {
+	class string
+	u     usage
 }
 
 // New returns an empty ledger.
@@ -182,6 +204,9 @@ func New() *Ledger {
 		claims:       map[string]*claimEntry{},
 		pvClaim:      map[string]string{},
 		reservations: map[types.UID][]string{},
+		classes:      map[string]struct{}{},
+		placed:       map[string]placedClaim{},
+		byClass:      map[string]map[string]struct{}{},
 	}
 }
 
@@ -453,12 +478,97 @@ func quantityBytes(q resource.Quantity) int64 {
 var maxInt64Quantity = *resource.NewQuantity(math.MaxInt64, resource.BinarySI)
 
 // SetPVC records a PVC: an unbound one annotated with a node and a disk
-// counts against that disk.
+// counts against that disk when its StorageClass is one of the diskfit
+// driver's (SetStorageClass). The annotations alone prove nothing: anyone
+// who may create a PVC can write them, on a claim no provisioner of this
+// driver will ever serve. The class is the one the provisioner reads (the
+// legacy annotation volume.beta.kubernetes.io/storage-class first, then
+// spec.storageClassName); a claim without one never counts.
 func (l *Ledger) SetPVC(pvc *v1.PersistentVolumeClaim) {
 	loc, ok := PVCLocation(pvc)
+	class := storagehelpers.GetPersistentVolumeClaimClass(pvc)
+	u := usage{loc: loc, bytes: ClaimSize(pvc)}
+	key := string(pvc.UID)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.setSource(string(pvc.UID), sourcePVC, usage{loc: loc, bytes: ClaimSize(pvc)}, ok)
+	l.setPlaced(key, class, u, ok)
+	l.setSource(key, sourcePVC, u, ok && l.isDiskFitClass(class))
+}
+
+// CountedPVCLocation is PVCLocation for a PVC the ledger counts: one whose
+// StorageClass is, as far as the ledger knows, the diskfit driver's.
+func (l *Ledger) CountedPVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
+	loc, ok := PVCLocation(pvc)
+	if !ok {
+		return Location{}, false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if !l.isDiskFitClass(storagehelpers.GetPersistentVolumeClaimClass(pvc)) {
+		return Location{}, false
+	}
+	return loc, true
+}
+
+func (l *Ledger) isDiskFitClass(name string) bool {
+	_, ok := l.classes[name]
+	return ok
+}
+
+// setPlaced records (or, with ok false, forgets) an annotated PVC and its
+// class, whether or not the class makes it count.
+func (l *Ledger) setPlaced(key, class string, u usage, ok bool) {
+	if old, had := l.placed[key]; had && (!ok || old.class != class) {
+		keys := l.byClass[old.class]
+		delete(keys, key)
+		if len(keys) == 0 {
+			delete(l.byClass, old.class)
+		}
+		delete(l.placed, key)
+	}
+	if !ok {
+		return
+	}
+	l.placed[key] = placedClaim{class: class, u: u}
+	keys := l.byClass[class]
+	if keys == nil {
+		keys = map[string]struct{}{}
+		l.byClass[class] = keys
+	}
+	keys[key] = struct{}{}
+}
+
+// SetStorageClass records whether a StorageClass is provisioned by the
+// diskfit driver, and makes the annotated PVCs that name it start or stop
+// counting accordingly. It reports whether that released space.
+func (l *Ledger) SetStorageClass(sc *storagev1.StorageClass) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.setClass(sc.Name, sc.Provisioner == diskfit.DriverName)
+}
+
+// DeleteStorageClass forgets a StorageClass: the annotated PVCs that name
+// it stop counting (no provisioner serves a claim of a class that does not
+// exist). It reports whether that released space.
+func (l *Ledger) DeleteStorageClass(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.setClass(name, false)
+}
+
+func (l *Ledger) setClass(name string, ours bool) bool {
+	if l.isDiskFitClass(name) == ours {
+		return false
+	}
+	if ours {
+		l.classes[name] = struct{}{}
+	} else {
+		delete(l.classes, name)
+	}
+	for key := range l.byClass[name] {
+		l.setSource(key, sourcePVC, l.placed[key].u, ours)
+	}
+	return !ours && len(l.byClass[name]) > 0
 }
 
 // DeletePVC forgets a PVC and any reservation for it.
@@ -466,6 +576,7 @@ func (l *Ledger) DeletePVC(pvc *v1.PersistentVolumeClaim) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := string(pvc.UID)
+	l.setPlaced(key, "", usage{}, false)
 	e := l.claims[key]
 	if e == nil {
 		return

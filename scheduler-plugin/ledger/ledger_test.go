@@ -9,9 +9,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
@@ -19,6 +21,21 @@ import (
 )
 
 const gi = int64(1) << 30
+
+// testClass is the StorageClass of the test claims, provisioned by the
+// diskfit driver; newLedger knows it.
+const testClass = "diskfit"
+
+func storageClass(name, provisioner string) *storagev1.StorageClass {
+	return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: provisioner}
+}
+
+// newLedger is an empty ledger that knows testClass.
+func newLedger() *Ledger {
+	l := New()
+	l.SetStorageClass(storageClass(testClass, diskfit.DriverName))
+	return l
+}
 
 func diskNode(node string, disks ...v1alpha1.DiskStatus) *v1alpha1.DiskNode {
 	return &v1alpha1.DiskNode{
@@ -55,9 +72,12 @@ func pv(name, node, disk string, size int64, claimUID types.UID) *v1.PersistentV
 func pvc(uid types.UID, size int64, node, disk string) *v1.PersistentVolumeClaim {
 	c := &v1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "claim-" + string(uid), UID: uid, Annotations: map[string]string{}},
-		Spec: v1.PersistentVolumeClaimSpec{Resources: v1.VolumeResourceRequirements{
-			Requests: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)},
-		}},
+		Spec: v1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(testClass),
+			Resources: v1.VolumeResourceRequirements{
+				Requests: v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)},
+			},
+		},
 	}
 	if node != "" {
 		c.Annotations[diskfit.SelectedNodeAnnotation] = node
@@ -203,7 +223,7 @@ func TestLedgerFree(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := New()
+			l := newLedger()
 			dn := diskNode("n1", diskStatus("d0", 10*gi, 8*gi), diskStatus("d1", 10*gi, 10*gi))
 			dn.ResourceVersion = "100"
 			l.SetDiskNode(dn)
@@ -218,8 +238,8 @@ func TestLedgerFree(t *testing.T) {
 }
 
 func TestLedgerReserve(t *testing.T) {
-	newLedger := func() *Ledger {
-		l := New()
+	twoDisks := func() *Ledger {
+		l := newLedger()
 		// Empty disks: the driver publishes capacity as free space plus
 		// its volumes' space, so with no volumes the two are equal.
 		l.SetDiskNode(diskNode("n1", diskStatus("d0", 4*gi, 4*gi), diskStatus("d1", 4*gi, 4*gi)))
@@ -230,7 +250,7 @@ func TestLedgerReserve(t *testing.T) {
 	}
 
 	t.Run("reservation holds space and a second pod cannot take it", func(t *testing.T) {
-		l := newLedger()
+		l := twoDisks()
 		disks, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 3*gi), claim("u2", 3*gi)}, packing.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -249,7 +269,7 @@ func TestLedgerReserve(t *testing.T) {
 	})
 
 	t.Run("Unreserve releases and is idempotent", func(t *testing.T) {
-		l := newLedger()
+		l := twoDisks()
 		if _, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 3*gi)}, packing.Options{}); err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +284,7 @@ func TestLedgerReserve(t *testing.T) {
 	})
 
 	t.Run("annotated PVC replaces the reservation without double counting", func(t *testing.T) {
-		l := newLedger()
+		l := twoDisks()
 		disks, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 3*gi)}, packing.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -284,7 +304,7 @@ func TestLedgerReserve(t *testing.T) {
 	})
 
 	t.Run("ReservedDisk reports the pod's own reservation on that node only", func(t *testing.T) {
-		l := newLedger()
+		l := twoDisks()
 		disks, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 3*gi)}, packing.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -301,7 +321,7 @@ func TestLedgerReserve(t *testing.T) {
 	})
 
 	t.Run("Reservation reports the free space each claim found on its disk", func(t *testing.T) {
-		l := newLedger()
+		l := twoDisks()
 		// d0 already holds 1Gi of another pod.
 		if _, err := l.Reserve("pod0", "n1", []packing.Claim{claim("u0", gi)}, packing.Options{}); err != nil {
 			t.Fatal(err)
@@ -326,7 +346,7 @@ func TestLedgerReserve(t *testing.T) {
 	})
 
 	t.Run("a second Reserve of the same pod replaces the first", func(t *testing.T) {
-		l := newLedger()
+		l := twoDisks()
 		if _, err := l.Reserve("pod1", "n1", []packing.Claim{claim("u1", 4*gi)}, packing.Options{}); err != nil {
 			t.Fatal(err)
 		}
@@ -336,7 +356,7 @@ func TestLedgerReserve(t *testing.T) {
 	})
 
 	t.Run("stale observed time is reported", func(t *testing.T) {
-		l := New()
+		l := newLedger()
 		dn := diskNode("n1", diskStatus("d0", 10*gi, 4*gi))
 		dn.Status.ObservedTime = metav1.NewTime(time.Unix(1000, 0))
 		l.SetDiskNode(dn)
@@ -353,7 +373,7 @@ func TestLedgerReserve(t *testing.T) {
 
 // TestLedgerDisksNoAlloc guards the Filter hot path.
 func TestLedgerDisksNoAlloc(t *testing.T) {
-	l := New()
+	l := newLedger()
 	l.SetDiskNode(diskNode("n1", diskStatus("d0", 10*gi, 4*gi), diskStatus("d1", 10*gi, 4*gi)))
 	var buf [packing.MaxInlineDisks]packing.Disk
 	allocs := testing.AllocsPerRun(100, func() {
@@ -368,7 +388,7 @@ func TestLedgerDisksNoAlloc(t *testing.T) {
 // them, with informer updates arriving at the same time: no disk may ever
 // hold more than it has.
 func TestLedgerConcurrentReserve(t *testing.T) {
-	l := New()
+	l := newLedger()
 	l.SetDiskNode(diskNode("n1", diskStatus("d0", 5*gi, 5*gi), diskStatus("d1", 5*gi, 5*gi)))
 	const pods = 50
 	var wg sync.WaitGroup

@@ -11,10 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// newTestLedger is the ledger of TestLedgerFree: node n1 with d0 (10Gi,
+// newTestLedger is the ledger of TestLedgerFree, knowing testClass: node n1 with d0 (10Gi,
 // 8Gi free) and d1 (10Gi, empty).
 func newTestLedger() *Ledger {
-	l := New()
+	l := newLedger()
 	dn := diskNode("n1", diskStatus("d0", 10*gi, 8*gi), diskStatus("d1", 10*gi, 10*gi))
 	dn.ResourceVersion = "100"
 	l.SetDiskNode(dn)

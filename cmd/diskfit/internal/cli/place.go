@@ -42,7 +42,9 @@ type clusterState struct {
 	defaultClass string
 }
 
-// loadCluster lists what DiskFit watches and feeds it into a new ledger.
+// loadCluster lists what DiskFit watches (DiskNodes, PVs, PVCs and
+// StorageClasses) and feeds it into a new ledger, which like the
+// scheduler's counts an annotated claim only when its class is diskfit's.
 func loadCluster(ctx context.Context, c *Clients) (*clusterState, error) {
 	cl := &clusterState{
 		ledger:  ledger.New(),
@@ -89,6 +91,9 @@ func loadCluster(ctx context.Context, c *Clients) (*clusterState, error) {
 	for i := range classes.Items {
 		sc := &classes.Items[i]
 		cl.classes[sc.Name] = sc
+		// Placed claims count only when their class is diskfit's, as in
+		// the scheduler.
+		cl.ledger.SetStorageClass(sc)
 		// The API server's admission picks the newest default class.
 		if sc.Annotations[defaultClassAnnotation] == "true" &&
 			(newest == nil || newest.CreationTimestamp.Before(&sc.CreationTimestamp)) {

@@ -150,6 +150,23 @@ func statefulSetCluster() []runtime.Object {
 	})
 }
 
+// forgedClaims are PVCs annotated by hand with node-a's nvme0, each asking
+// for the whole disk or more, whose class does not exist, belongs to another
+// provisioner, or is not named.
+func forgedClaims() []runtime.Object {
+	on := func() map[string]string {
+		return map[string]string{diskfit.SelectedNodeAnnotation: "node-a", diskfit.SelectedDiskAnnotation: "nvme0"}
+	}
+	missing := makePVC("forged-missing", "no-such-class", "10Gi", on())
+	other := makePVC("forged-other", "standard", "10Gi", on())
+	noClass := makePVC("forged-no-class", "", "8Ei", on())
+	noClass.Spec.StorageClassName = nil
+	for _, c := range []*corev1.PersistentVolumeClaim{missing, other, noClass} {
+		c.UID = types.UID(c.Name + "-uid")
+	}
+	return []runtime.Object{missing, other, noClass}
+}
+
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
@@ -261,6 +278,22 @@ fits: 2/4 replicas
 `,
 			wantErr:  ErrDoesNotFit.Error(),
 			wantExit: 1,
+		},
+		{
+			// Annotations anyone may write book nothing: claims whose
+			// class does not exist, is another provisioner's or is not
+			// named, each asking for all of node-a's NVMe disk.
+			name:        "forged claims book nothing",
+			kubeObjs:    objects(classes(), twoNodes, forgedClaims()),
+			diskfitObjs: disks(),
+			args:        []string{"simulate", "--claims", "3Gi", "--storage-class", "diskfit-nvme"},
+			wantOut: `claims in namespace default, 1 replica(s), strategy MostAllocated
+
+REPLICA    NODE    CLAIM    CLASS         SIZE  DISK
+replica-0  node-a  claim-0  diskfit-nvme  3Gi   nvme0
+
+fits: 1/1 replicas
+`,
 		},
 		{
 			name: "existing volumes and placed claims take space the DiskNode does not show yet",
