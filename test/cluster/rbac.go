@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -29,11 +30,13 @@ import (
 // diskfit's) and the controllers inside this process keep the admin
 // identity.
 
-// rbacManifests hold the ServiceAccounts, roles and bindings; other objects
-// in them (the snapshot-controller Deployment) are skipped.
+// rbacManifests hold the ServiceAccounts, roles and bindings, and the
+// admission policies that say who may write what; other objects in them
+// (the snapshot-controller Deployment) are skipped.
 var rbacManifests = []string{
 	"base/namespace.yaml",
 	"base/node/rbac.yaml",
+	"base/policy/selected-disk.yaml",
 	"scheduler/rbac.yaml",
 	"snapshot/snapshot-controller.yaml",
 }
@@ -96,6 +99,10 @@ func createRBACObject(ctx context.Context, c *Cluster, obj runtime.Object) error
 		_, err = c.Client.RbacV1().Roles(o.Namespace).Create(ctx, o, opts)
 	case *rbacv1.RoleBinding:
 		_, err = c.Client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, opts)
+	case *admissionv1.ValidatingAdmissionPolicy:
+		_, err = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, opts)
+	case *admissionv1.ValidatingAdmissionPolicyBinding:
+		_, err = c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, opts)
 	default:
 		return nil
 	}

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+)
+
+// tenantClient returns a client for a ServiceAccount of ns bound to the
+// ClusterRole "edit": the usual rights of a namespace's users.
+func tenantClient(t *testing.T, ns string) kubernetes.Interface {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	sa := &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant"}}
+	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-edit"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "tenant", Namespace: ns}},
+	}
+	if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "tenant", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(restConfig)
+	cfg.BearerToken = tr.Status.Token
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+// A tenant cannot choose a claim's disk: the manifests' admission policy
+// refuses diskfit.io/selected-disk from anyone but diskfit-scheduler, on
+// a new claim and on an update, while diskfit-scheduler's own write (with
+// the node, when it places the tenant's pod) passes, and the tenant's
+// other updates of the claim still do.
+func TestOnlyTheSchedulerChoosesTheDisk(t *testing.T) {
+	ns := newNamespace(t)
+	tenant := tenantClient(t, ns)
+	class := newStorageClass(t, "")
+	ctx := ctxFor(t, 3*time.Minute)
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "only diskfit-scheduler may set diskfit.io/selected-disk") {
+			t.Errorf("%s: %v, want the admission policy's refusal", what, err)
+		}
+	}
+
+	forged := claim("forged", class, 300*mi)
+	forged.Annotations = map[string]string{diskfit.SelectedDiskAnnotation: "nvme0"}
+	_, err := tenant.CoreV1().PersistentVolumeClaims(ns).Create(ctx, forged, metav1.CreateOptions{})
+	refused("a tenant's claim naming a disk", err)
+
+	if _, err := tenant.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("data", class, 300*mi), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := podSpec("app", diskfit.SchedulerName, "data")
+	if _, err := tenant.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bound := waitPVCsBound(t, ns, []string{"data"}, 2*time.Minute)["data"]
+	disk := bound.Annotations[diskfit.SelectedDiskAnnotation]
+	if disk == "" {
+		t.Fatalf("diskfit-scheduler's disk annotation is missing on the bound claim: %v", bound.Annotations)
+	}
+
+	for _, tt := range []struct {
+		name   string
+		change func(*v1.PersistentVolumeClaim)
+		allow  bool
+	}{
+		{"another disk", func(c *v1.PersistentVolumeClaim) { c.Annotations[diskfit.SelectedDiskAnnotation] = disk + "x" }, false},
+		{"no disk", func(c *v1.PersistentVolumeClaim) { delete(c.Annotations, diskfit.SelectedDiskAnnotation) }, false},
+		{"a label", func(c *v1.PersistentVolumeClaim) { c.Labels = map[string]string{"team": "a"} }, true},
+	} {
+		got, err := tenant.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tt.change(got)
+		_, err = tenant.CoreV1().PersistentVolumeClaims(ns).Update(ctx, got, metav1.UpdateOptions{})
+		if tt.allow && err != nil {
+			t.Errorf("a tenant's update with %s: %v", tt.name, err)
+		} else if !tt.allow {
+			refused("a tenant's update to "+tt.name, err)
+		}
+	}
+}
