@@ -71,6 +71,10 @@ func runCrashChild() {
 type crashCase struct {
 	prepare func(t *testing.T, e *env) any
 	check   func(t *testing.T, e *env, conn *grpc.ClientConn)
+	// afterKill, when set, changes what the killed driver left at step
+	// before the new driver starts: what a crash could have left besides
+	// (a torn mkfs, when the whole container dies with the driver).
+	afterKill func(t *testing.T, e *env, step fault.Step)
 	// volumes and bytes are what the DiskNode must count afterwards.
 	volumes int32
 	bytes   int64
@@ -98,6 +102,48 @@ func crashCases() map[string]crashCase {
 				wantVolumes(t, e, conn, map[string]int64{})
 				wantFiles(t, e)
 			},
+		},
+		"NodeStageVolume": {
+			prepare: func(t *testing.T, e *env) any {
+				vol := volume("pvc-crash", 500*mi)(t, e)
+				return &csi.NodeStageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: crashStaging(e), VolumeCapability: mountCap()}
+			},
+			afterKill: func(t *testing.T, e *env, step fault.Step) {
+				if step != fault.NodeStageVolumeFormatting {
+					return
+				}
+				loops := testdisk.LoopsBelow(e.paths["only"])
+				if len(loops) != 1 {
+					t.Fatalf("loop devices %v after the kill, want the volume's one", loops)
+				}
+				tearFilesystem(t, loops[0])
+			},
+			check: func(t *testing.T, e *env, conn *grpc.ClientConn) {
+				wantVolumes(t, e, conn, map[string]int64{"only:pvc-crash": 500 * mi})
+				wantFiles(t, e, "only/volumes/pvc-crash.img", "only/volumes/pvc-crash.json")
+				if c := recordContent(t, e.paths["only"], "pvc-crash"); c != "filesystem" {
+					t.Errorf("the record says the volume holds %q, want \"filesystem\"", c)
+				}
+				// The staged filesystem is whole: a pod can use it.
+				node := csi.NewNodeClient(conn)
+				target := filepath.Join(e.kubelet, "pods", "crash")
+				if _, err := node.NodePublishVolume(e.ctx, &csi.NodePublishVolumeRequest{VolumeId: "only:pvc-crash", StagingTargetPath: crashStaging(e),
+					TargetPath: target, VolumeCapability: mountCap()}); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(target, "data"), []byte("written after the crash"), 0o600); err != nil {
+					t.Errorf("writing to the staged volume: %v", err)
+				} else if data, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(data) != "written after the crash" {
+					t.Errorf("the staged volume reads %q, %v", data, err)
+				}
+				if _, err := node.NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "only:pvc-crash", TargetPath: target}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := node.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: "only:pvc-crash", StagingTargetPath: crashStaging(e)}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			volumes: 1, bytes: 500 * mi,
 		},
 		"NodeExpandVolume": {
 			prepare: func(t *testing.T, e *env) any {
@@ -221,6 +267,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 			if err := <-exited; !errors.As(err, &werr) || werr.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("driver process ended with %v, want SIGKILL", err)
 			}
+			if tc.afterKill != nil {
+				tc.afterKill(t, e, step)
+			}
 
 			cfg := e.d.cfg
 			cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
@@ -273,6 +322,8 @@ func invoke(ctx context.Context, conn *grpc.ClientConn, req any) error {
 		_, err = ctrl.CreateSnapshot(ctx, r)
 	case *csi.DeleteSnapshotRequest:
 		_, err = ctrl.DeleteSnapshot(ctx, r)
+	case *csi.NodeStageVolumeRequest:
+		_, err = node.NodeStageVolume(ctx, r)
 	case *csi.NodeExpandVolumeRequest:
 		_, err = node.NodeExpandVolume(ctx, r)
 	default:
@@ -350,6 +401,11 @@ func wantDiskNode(t *testing.T, e *env, ctx context.Context, volumes int32, byte
 	}); err != nil {
 		t.Errorf("DiskNode disk status %+v, want %d volumes, %d bytes free of about %d", last, volumes, freeBefore-bytes, freeBefore)
 	}
+}
+
+// crashStaging is the staging path of the crash cases' volume.
+func crashStaging(e *env) string {
+	return filepath.Join(e.kubelet, "plugins", "staging", "only_pvc-crash")
 }
 
 // blockDeviceSize reads a block device's size from sysfs.

@@ -70,6 +70,27 @@ var (
 	// answered.
 	DeleteVolumeDataRemoved = declare("DeleteVolume/data-removed")
 
+	// NodeStageVolumeAttached: the volume's loop device exists, nothing
+	// is written to it yet.
+	NodeStageVolumeAttached = declare("NodeStageVolume/attached")
+	// NodeStageVolumeFormatting: mkfs has written the filesystem, nothing
+	// is synced or recorded: as far as the disk is concerned mkfs may not
+	// have finished (a container killed with its mkfs, a power cut), so
+	// the crash test tears the filesystem here.
+	NodeStageVolumeFormatting = declare("NodeStageVolume/formatting")
+	// NodeStageVolumeFormatted: the filesystem is complete and synced,
+	// the record does not say so yet.
+	NodeStageVolumeFormatted = declare("NodeStageVolume/formatted")
+	// NodeStageVolumeRecordTempWritten: the record saying what the volume
+	// holds is a synced temporary file, not yet renamed into place.
+	NodeStageVolumeRecordTempWritten = declare("NodeStageVolume/record-temp-written")
+	// NodeStageVolumeRecorded: the record says the volume holds a
+	// filesystem; nothing is mounted.
+	NodeStageVolumeRecorded = declare("NodeStageVolume/recorded")
+	// NodeStageVolumeMounted: the filesystem is mounted at the staging
+	// path; the caller has not been answered.
+	NodeStageVolumeMounted = declare("NodeStageVolume/mounted")
+
 	// NodeExpandVolumeDataAllocated: the data file has grown and is
 	// synced, the record has the old size.
 	NodeExpandVolumeDataAllocated = declare("NodeExpandVolume/data-allocated")

@@ -1,0 +1,422 @@
+package driver
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+
+	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
+)
+
+// recordPath is the path of a volume's record on a file disk.
+func recordPath(diskPath, key string) string {
+	return filepath.Join(diskPath, "diskfit", "volumes", key+".json")
+}
+
+// dataPath is the path of a volume's data file on a file disk.
+func dataPath(diskPath, key string) string {
+	return filepath.Join(diskPath, "diskfit", "volumes", key+".img")
+}
+
+// readRecordJSON reads a volume's record as the JSON object it is on disk.
+func readRecordJSON(t *testing.T, diskPath, key string) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(recordPath(diskPath, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(data, &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// recordContent returns what a volume's record says it holds ("" when
+// the record has no such field, as an older driver wrote it).
+func recordContent(t *testing.T, diskPath, key string) string {
+	t.Helper()
+	c, _ := readRecordJSON(t, diskPath, key)["content"].(string)
+	return c
+}
+
+// makeOlderRecord rewrites a volume's record without the content field,
+// as a driver older than that field wrote it.
+func makeOlderRecord(t *testing.T, diskPath, key string) {
+	t.Helper()
+	rec := readRecordJSON(t, diskPath, key)
+	delete(rec, "content")
+	data, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := recordPath(diskPath, key) + ".test"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, recordPath(diskPath, key)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// zeroRange overwrites n bytes at off of a device or file with zeroes and
+// syncs them.
+func zeroRange(t *testing.T, path string, off, n int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, n), off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tearFilesystem leaves on dev what an mkfs cut short can leave: its first
+// 4 KiB (the superblock, so blkid still finds the filesystem) without the
+// 8 MiB after it (the first allocation or block group's metadata, the root
+// directory), so the filesystem does not mount and fsck cannot repair it.
+func tearFilesystem(t *testing.T, dev string) {
+	t.Helper()
+	zeroRange(t, dev, 4<<10, 8*mi)
+}
+
+// fileSum returns the SHA-256 of a file's content.
+func fileSum(t *testing.T, path string) [sha256.Size]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	var sum [sha256.Size]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+// writeSynced writes data to path and syncs it.
+func writeSynced(t *testing.T, path string, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// useVolume publishes a staged volume, writes a file through the
+// publication, reads it back and tears everything down.
+func (e *env) useVolume(t *testing.T, id, staging, name string, cap *csi.VolumeCapability) {
+	t.Helper()
+	target, err := e.publish(t, id, staging, name, cap, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "data"), []byte("hello"), 0o600); err != nil {
+		t.Fatalf("writing to the volume: %v", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(target, "data")); err != nil || string(data) != "hello" {
+		t.Errorf("the volume reads %q, %v", data, err)
+	}
+	e.teardown(t, id, staging, target)
+}
+
+// TestStageFormatsTornFreshVolume: a volume no stage has recorded as
+// formatted holds nothing but what the driver's own mkfs wrote, so when a
+// stage finds a filesystem mkfs did not finish (the driver, or its whole
+// container, was killed during mkfs) it formats the volume again. Two
+// kinds of torn filesystem, on XFS and ext4: one whose superblock made it
+// but the metadata after it did not (blkid finds the filesystem, it does
+// not mount, fsck cannot repair it), and one whose first MiB is missing
+// (no signature left).
+func TestStageFormatsTornFreshVolume(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+	dk := e.d.disk("xfs")
+	for _, fs := range []string{"xfs", "ext4"} {
+		for _, tear := range []struct {
+			name string
+			tear func(t *testing.T, dev string)
+		}{
+			{"superblock-only", tearFilesystem},
+			{"first-mib-zeroed", func(t *testing.T, dev string) { zeroRange(t, dev, 0, mi) }},
+		} {
+			t.Run(fs+"/"+tear.name, func(t *testing.T) {
+				cap := withFS(mountCap(), fs)
+				req := createReq("pvc-torn-"+fs+"-"+tear.name, 300*mi)
+				req.VolumeCapabilities = []*csi.VolumeCapability{cap}
+				vol := e.mustCreate(t, req)
+				key := strings.TrimPrefix(vol.VolumeId, "xfs:")
+				// What a stage killed during mkfs leaves: the volume
+				// attached, a filesystem partly written.
+				dev, err := dk.backend.Attach(e.ctx, key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				args := []string{"-f", dev}
+				if fs == "ext4" {
+					args = []string{"-F", "-m0", dev}
+				}
+				if out, err := execOutput("mkfs."+fs, args...); err != nil {
+					t.Fatal(err, out)
+				}
+				tear.tear(t, dev)
+
+				staging := e.stage(t, vol.VolumeId, cap)
+				if c := recordContent(t, e.paths["xfs"], key); c != "filesystem" {
+					t.Errorf("after staging, the record says the volume holds %q, want \"filesystem\"", c)
+				}
+				e.useVolume(t, vol.VolumeId, staging, "torn-"+fs+"-"+tear.name, cap)
+			})
+		}
+	}
+}
+
+// TestStageNeverReformatsFormattedVolume: a volume recorded as formatted
+// may hold data and is never formatted again. Its filesystem damaged (the
+// first MiB zeroed, so blkid finds nothing there), staging fails and
+// writes nothing to the volume; with the first MiB put back the volume
+// stages and its file is there.
+func TestStageNeverReformatsFormattedVolume(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+	for _, fs := range []string{"xfs", "ext4"} {
+		t.Run(fs, func(t *testing.T) {
+			cap := withFS(mountCap(), fs)
+			req := createReq("pvc-kept-"+fs, 300*mi)
+			req.VolumeCapabilities = []*csi.VolumeCapability{cap}
+			vol := e.mustCreate(t, req)
+			key := strings.TrimPrefix(vol.VolumeId, "xfs:")
+			if c := recordContent(t, e.paths["xfs"], key); c != "none" {
+				t.Errorf("a new volume's record says it holds %q, want \"none\"", c)
+			}
+			staging := e.stage(t, vol.VolumeId, cap)
+			target, err := e.publish(t, vol.VolumeId, staging, "kept-"+fs, cap, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]byte, 64<<10)
+			if _, err := rand.Read(want); err != nil {
+				t.Fatal(err)
+			}
+			writeSynced(t, filepath.Join(target, "data"), want)
+			e.teardownNode(t, vol.VolumeId, staging, target)
+			if c := recordContent(t, e.paths["xfs"], key); c != "filesystem" {
+				t.Errorf("after staging, the record says the volume holds %q, want \"filesystem\"", c)
+			}
+
+			img := dataPath(e.paths["xfs"], key)
+			f, err := os.Open(img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved := make([]byte, mi)
+			_, err = f.ReadAt(saved, 0)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			zeroRange(t, img, 0, mi)
+			damaged := fileSum(t, img)
+
+			_, err = e.d.NodeStageVolume(e.ctx, &csi.NodeStageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeCapability: cap})
+			if err == nil {
+				t.Fatal("staging a formatted volume whose filesystem is damaged succeeded: the volume was formatted again")
+			}
+			wantCode(t, err, codes.FailedPrecondition)
+			if fileSum(t, img) != damaged {
+				t.Error("the failed stage wrote to the volume")
+			}
+			if mounted, err := e.d.isMountPoint(staging); err != nil || mounted {
+				t.Errorf("staging path mounted after the failed stage: %v, %v", mounted, err)
+			}
+			if loops := testdisk.LoopsBelow(e.paths["xfs"]); len(loops) != 0 {
+				t.Errorf("loop devices left after the failed stage: %v", loops)
+			}
+
+			f, err = os.OpenFile(img, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = f.WriteAt(saved, 0)
+			if err == nil {
+				err = f.Sync()
+			}
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			staging = e.stage(t, vol.VolumeId, cap)
+			if got, err := os.ReadFile(filepath.Join(staging, "data")); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("the volume's file after repair: %d bytes, %v; want the %d bytes written", len(got), err, len(want))
+			}
+			e.teardown(t, vol.VolumeId, staging)
+		})
+	}
+}
+
+// TestStageOlderRecords: a record without the content field (made by an
+// older driver) may stand for a volume holding data. Staging keeps the
+// older behaviour for it: a volume proven blank is formatted, any other
+// goes through SafeFormatAndMount, which mounts a filesystem it finds.
+// Once staged, the record says the volume holds a filesystem.
+func TestStageOlderRecords(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	cap := mountCap()
+	vol := e.mustCreate(t, createReq("pvc-older", 300*mi))
+	makeOlderRecord(t, e.paths["xfs"], "pvc-older")
+	staging := e.stage(t, vol.VolumeId, cap)
+	target, err := e.publish(t, vol.VolumeId, staging, "older", cap, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeSynced(t, filepath.Join(target, "data"), []byte("older"))
+	e.teardownNode(t, vol.VolumeId, staging, target)
+	if c := recordContent(t, e.paths["xfs"], "pvc-older"); c != "filesystem" {
+		t.Errorf("after staging, the record says the volume holds %q, want \"filesystem\"", c)
+	}
+
+	makeOlderRecord(t, e.paths["xfs"], "pvc-older")
+	staging = e.stage(t, vol.VolumeId, cap)
+	if data, err := os.ReadFile(filepath.Join(staging, "data")); err != nil || string(data) != "older" {
+		t.Errorf("the volume reads %q, %v after staging again", data, err)
+	}
+	if c := recordContent(t, e.paths["xfs"], "pvc-older"); c != "filesystem" {
+		t.Errorf("after staging, the record says the volume holds %q, want \"filesystem\"", c)
+	}
+	e.teardown(t, vol.VolumeId, staging)
+}
+
+// TestCopiesKeepTheirFilesystem: a volume restored from a snapshot or
+// cloned from a volume carries its source's filesystem and is recorded as
+// formatted from its creation, so no stage ever formats it; a copy of a
+// volume never written is as empty as a new volume and is recorded so.
+func TestCopiesKeepTheirFilesystem(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+	cap := mountCap()
+	src := e.mustCreate(t, createReq("pvc-copy-src", 300*mi))
+	staging := e.stage(t, src.VolumeId, cap)
+	writeSynced(t, filepath.Join(staging, "data"), []byte("copied"))
+	e.teardownNode(t, src.VolumeId, staging)
+	snap, err := e.d.CreateSnapshot(e.ctx, &csi.CreateSnapshotRequest{Name: "snap-copy", SourceVolumeId: src.VolumeId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := e.mustCreate(t, createReq("pvc-copy-fresh", 300*mi))
+	from := func(name string, source *csi.VolumeContentSource) *csi.Volume {
+		req := createReq(name, 300*mi)
+		req.VolumeContentSource = source
+		return e.mustCreate(t, req)
+	}
+	volumeSource := func(id string) *csi.VolumeContentSource {
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
+	}
+	restored := from("pvc-copy-restored", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}})
+	cloned := from("pvc-copy-cloned", volumeSource(src.VolumeId))
+	freshClone := from("pvc-copy-fresh-clone", volumeSource(fresh.VolumeId))
+	for key, want := range map[string]string{
+		"pvc-copy-src": "filesystem", "pvc-copy-fresh": "none",
+		"pvc-copy-restored": "filesystem", "pvc-copy-cloned": "filesystem", "pvc-copy-fresh-clone": "none",
+	} {
+		if c := recordContent(t, e.paths["xfs"], key); c != want {
+			t.Errorf("the record of %s says it holds %q, want %q", key, c, want)
+		}
+	}
+	for _, vol := range []*csi.Volume{restored, cloned} {
+		staging := e.stage(t, vol.VolumeId, cap)
+		if data, err := os.ReadFile(filepath.Join(staging, "data")); err != nil || string(data) != "copied" {
+			t.Errorf("%s reads %q, %v", vol.VolumeId, data, err)
+		}
+		e.teardown(t, vol.VolumeId, staging)
+	}
+	staging = e.stage(t, freshClone.VolumeId, cap)
+	e.useVolume(t, freshClone.VolumeId, staging, "fresh-clone", cap)
+}
+
+// TestUnstageKeepsPublishedBlockDevice: while a Block volume is still
+// published (a bind mount of its device node that a pod uses),
+// NodeUnstageVolume refuses with FailedPrecondition and leaves the loop
+// device attached: detached, the pod's device node would point at a loop
+// device that the next attach may give to another volume. Staging a Block
+// volume records that it may hold data, so no later stage formats it.
+func TestUnstageKeepsPublishedBlockDevice(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	dk := e.d.disk("xfs")
+	cap := blockCap()
+	req := createReq("pvc-block-held", 64*mi)
+	req.VolumeCapabilities = []*csi.VolumeCapability{cap}
+	vol := e.mustCreate(t, req)
+	staging := e.stage(t, vol.VolumeId, cap)
+	if c := recordContent(t, e.paths["xfs"], "pvc-block-held"); c != "block" {
+		t.Errorf("after staging as Block, the record says the volume holds %q, want \"block\"", c)
+	}
+	target, err := e.publish(t, vol.VolumeId, staging, "block-held", cap, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := dk.backend.Device(e.ctx, "pvc-block-held")
+	if err != nil || dev == "" {
+		t.Fatalf("device of the staged volume: %q, %v", dev, err)
+	}
+	page := alignedPage(t)
+	rw := func(write bool, b byte) {
+		t.Helper()
+		fd, err := unix.Open(target, unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatalf("opening the published device: %v", err)
+		}
+		defer unix.Close(fd)
+		if write {
+			for i := range page {
+				page[i] = b
+			}
+			if _, err := unix.Pwrite(fd, page, 8*mi); err != nil {
+				t.Fatalf("writing through the publication: %v", err)
+			}
+			return
+		}
+		if _, err := unix.Pread(fd, page, 8*mi); err != nil {
+			t.Fatalf("reading through the publication: %v", err)
+		}
+		if page[0] != b || page[len(page)-1] != b {
+			t.Errorf("the publication reads %#x, want %#x", page[0], b)
+		}
+	}
+	rw(true, 0xa5)
+
+	_, err = e.d.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging})
+	wantCode(t, err, codes.FailedPrecondition)
+	if !strings.Contains(err.Error(), target) {
+		t.Errorf("the refusal does not name the publication %s: %v", target, err)
+	}
+	if got, err := dk.backend.Device(e.ctx, "pvc-block-held"); err != nil || got != dev {
+		t.Errorf("device after the refused unstage: %q, %v; want %s still attached", got, err, dev)
+	}
+	rw(false, 0xa5)
+	rw(true, 0x3c)
+	rw(false, 0x3c)
+	e.teardown(t, vol.VolumeId, staging, target)
+}
