@@ -46,6 +46,31 @@ const (
 	StateReady State = "ready"
 )
 
+// Content is what a volume holds as far as the driver knows. It decides
+// whether NodeStageVolume may format the volume: only one that nothing
+// but the driver's own unfinished mkfs can have written.
+type Content string
+
+const (
+	// ContentUnknown is a record made before the field existed: the
+	// volume may hold data. Staging keeps the behaviour of those drivers:
+	// a volume proven blank is formatted, any other is left to
+	// SafeFormatAndMount.
+	ContentUnknown Content = ""
+	// ContentNone is a volume made empty by this driver that no stage has
+	// finished formatting and no pod has been given: at most an mkfs that
+	// did not finish wrote to it, so it may be formatted (again).
+	ContentNone Content = "none"
+	// ContentFilesystem is a volume holding a complete filesystem: the
+	// driver's mkfs finished and was synced before this was recorded, or
+	// the volume was copied from a snapshot or volume that was written.
+	// It may hold data and is never formatted.
+	ContentFilesystem Content = "filesystem"
+	// ContentBlock is a volume staged as a Block volume: a pod may have
+	// written anything to it. It is never formatted.
+	ContentBlock Content = "block"
+)
+
 // Refs is what the driver has seen of the API object that refers to a
 // volume (its PersistentVolume) or a snapshot (its VolumeSnapshotContent).
 // It decides what the driver may remove on its own: only what provably
@@ -86,6 +111,8 @@ type Volume struct {
 	State State `json:"state"`
 	// CreatedAt is when creation started.
 	CreatedAt time.Time `json:"createdAt"`
+	// Content is what the volume holds; see Content.
+	Content Content `json:"content,omitempty"`
 	Refs
 }
 
@@ -171,6 +198,8 @@ type Backend interface {
 	ListVolumes(ctx context.Context) ([]Volume, error)
 	// SetVolumeRefs records what the driver has seen of the volume's PV.
 	SetVolumeRefs(ctx context.Context, key string, refs Refs) error
+	// SetVolumeContent records, durably, what the volume holds.
+	SetVolumeContent(ctx context.Context, key string, content Content) error
 	// ExpandVolume grows a volume to at least sizeBytes; it never shrinks.
 	ExpandVolume(ctx context.Context, key string, sizeBytes int64) (*Volume, error)
 	// VolumeHealth returns nil when the volume's data is reachable.
@@ -183,8 +212,8 @@ type Backend interface {
 	// Detach undoes Attach; a detached volume is not an error.
 	Detach(ctx context.Context, key string) error
 	// Blank reports whether the volume was provably never written, so
-	// that it can be formatted without probing it for a filesystem.
-	// False when unsure.
+	// that a volume whose Content is unknown can be formatted without
+	// probing it for a filesystem. False when unsure.
 	Blank(ctx context.Context, key string) (bool, error)
 	// SupportsSnapshots reports whether snapshots and clones work here.
 	SupportsSnapshots() bool

@@ -314,6 +314,7 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		PVCNamespace: req.PVCNamespace, PVCName: req.PVCName,
 		SourceSnapshot: req.FromSnapshot, SourceVolume: req.FromVolume,
 		State: StateCreating, CreatedAt: time.Now().UTC(), Refs: Refs{NeverReferenced: true},
+		Content: ContentNone,
 	}
 	meta := filepath.Join(f.volumes, req.Key+metaSuffix)
 	// A leftover from an earlier failed attempt is replaced, not reused:
@@ -340,6 +341,15 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 			return nil, errors.Join(err, rerr)
 		}
 		return nil, err
+	}
+	if source != "" {
+		// A copy carries its source's filesystem (and data), and is never
+		// formatted; unless nothing of the source was ever written, which
+		// leaves the copy as empty as a new volume.
+		vol.Content = ContentFilesystem
+		if blank, err := blankFile(f.volumeFile(req.Key)); err == nil && blank {
+			vol.Content = ContentNone
+		}
 	}
 	f.faults.Reach(fault.CreateVolumeDataAllocated)
 	vol.State = StateReady
@@ -531,6 +541,19 @@ func (f *File) SetVolumeRefs(ctx context.Context, key string, refs Refs) error {
 	return f.writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol, true, fault.Step{})
 }
 
+// SetVolumeContent implements Backend: the record is replaced durably.
+func (f *File) SetVolumeContent(ctx context.Context, key string, content Content) error {
+	vol, err := f.GetVolume(ctx, key)
+	if err != nil {
+		return err
+	}
+	if vol.Content == content {
+		return nil
+	}
+	vol.Content = content
+	return f.writeJSONAtomic(filepath.Join(f.volumes, key+metaSuffix), vol, true, fault.NodeStageVolumeRecordTempWritten)
+}
+
 // SetSnapshotRefs implements Backend, like SetVolumeRefs.
 func (f *File) SetSnapshotRefs(ctx context.Context, key string, refs Refs) error {
 	snap, err := f.GetSnapshot(ctx, key)
@@ -684,7 +707,13 @@ func (f *File) Detach(ctx context.Context, key string) error {
 // ext4 both; dirty page cache over them counts as data), so one system
 // call proves it blank. A reflink copy shares written extents and is not.
 func (f *File) Blank(_ context.Context, key string) (bool, error) {
-	fd, err := unix.Open(f.volumeFile(key), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	return blankFile(f.volumeFile(key))
+}
+
+// blankFile reports whether path has no data: only holes and unwritten
+// extents.
+func blankFile(path string) (bool, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return false, fmt.Errorf("opening data file: %w", err)
 	}
@@ -694,7 +723,7 @@ func (f *File) Blank(_ context.Context, key string) (bool, error) {
 	case errors.Is(err, unix.ENXIO):
 		return true, nil
 	case err != nil:
-		return false, fmt.Errorf("looking for data in %s: %w", f.volumeFile(key), err)
+		return false, fmt.Errorf("looking for data in %s: %w", path, err)
 	}
 	return false, nil
 }

@@ -54,6 +54,9 @@ const (
 	tagState    = tagPrefix + "state="
 	tagSource   = tagPrefix + "source="
 	tagSnapshot = tagPrefix + "snapshot"
+	// tagContent holds a volume's Content; an LV without it was made
+	// before the tag existed (ContentUnknown).
+	tagContent = tagPrefix + "content="
 	// tagNeverReferenced and tagUnreferencedSince (Unix seconds) hold Refs.
 	tagNeverReferenced   = tagPrefix + "never-referenced"
 	tagUnreferencedSince = tagPrefix + "unreferenced-since="
@@ -205,6 +208,7 @@ type lv struct {
 	state     State
 	snapshot  bool
 	createdAt time.Time
+	content   Content
 	refs      Refs
 }
 
@@ -261,6 +265,8 @@ func parseLVs(out string) ([]lv, error) {
 					v.source = strings.TrimPrefix(tag, tagSource)
 				case tag == tagSnapshot:
 					v.snapshot = true
+				case strings.HasPrefix(tag, tagContent):
+					v.content = Content(strings.TrimPrefix(tag, tagContent))
 				case tag == tagNeverReferenced:
 					v.refs.NeverReferenced = true
 				case strings.HasPrefix(tag, tagUnreferencedSince):
@@ -285,11 +291,14 @@ func roundExtent(size int64) int64 {
 
 // createArgs builds the lvcreate command line for a volume or snapshot. A
 // snapshot is a thick LVM snapshot of its source with room for the whole
-// source to change.
-func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool) []string {
+// source to change. content is the volume's Content, "" for a snapshot.
+func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool, content Content) []string {
 	args := []string{"--yes", "--name", lvName, "--size", strconv.FormatInt(roundExtent(size), 10) + "b",
 		"--addtag", tagName + base64.RawURLEncoding.EncodeToString([]byte(csiName)),
 		"--addtag", tagState + string(StateCreating), "--addtag", tagNeverReferenced}
+	if content != ContentUnknown {
+		args = append(args, "--addtag", tagContent+string(content))
+	}
 	if pvc != "" {
 		args = append(args, "--addtag", tagPVC+pvc)
 	}
@@ -352,8 +361,14 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 	if err := l.removeLV(ctx, name); err != nil {
 		return nil, err
 	}
+	// A copy carries its source's filesystem and is never formatted. (An
+	// LV is never proven blank: its extents may hold an earlier LV's data.)
+	content := ContentNone
+	if copyFrom != "" {
+		content = ContentFilesystem
+	}
 	err := l.space.allocate(ctx, l.Usage, roundExtent(req.SizeBytes), func() error {
-		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(name, req.Name, pvc, "", req.SizeBytes, false)...)
+		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(name, req.Name, pvc, "", req.SizeBytes, false, content)...)
 		return noSpace(err)
 	})
 	if err != nil {
@@ -404,7 +419,7 @@ func (l *LVM) removeLV(ctx context.Context, name string) error {
 }
 
 func (l *LVM) volume(v *lv, key string) *Volume {
-	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Refs: v.refs}
+	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Content: v.content, Refs: v.refs}
 	vol.PVCNamespace, vol.PVCName, _ = strings.Cut(v.pvc, "/")
 	return vol
 }
@@ -510,7 +525,9 @@ func (l *LVM) Detach(ctx context.Context, key string) error {
 }
 
 // Blank implements Backend: an LV's extents may hold what an earlier LV
-// left there, so it is never assumed blank and blkid decides.
+// left there, so it is never assumed blank. (A new LV's Content is
+// ContentNone, and staging formats it whatever is there; only an LV made
+// before the content tag existed depends on this.)
 func (l *LVM) Blank(context.Context, string) (bool, error) { return false, nil }
 
 // SupportsSnapshots implements Backend.
@@ -526,7 +543,7 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 	if err := l.removeLV(ctx, lvName); err != nil {
 		return nil, err
 	}
-	if _, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true)...); err != nil {
+	if _, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true, ContentUnknown)...); err != nil {
 		return nil, noSpace(err)
 	}
 	if err := l.markReady(ctx, lvName); err != nil {
@@ -559,6 +576,27 @@ func snapshot(v *lv, key string) *Snapshot {
 // SetVolumeRefs implements Backend: the Refs tags are replaced.
 func (l *LVM) SetVolumeRefs(ctx context.Context, key string, refs Refs) error {
 	return l.setRefs(ctx, volumePrefix+key, refs)
+}
+
+// SetVolumeContent implements Backend: the content tag is replaced.
+func (l *LVM) SetVolumeContent(ctx context.Context, key string, content Content) error {
+	name := volumePrefix + key
+	v, err := l.find(ctx, name)
+	if err != nil {
+		return err
+	}
+	if v.content == content {
+		return nil
+	}
+	var args []string
+	if v.content != ContentUnknown {
+		args = append(args, "--deltag", tagContent+string(v.content))
+	}
+	if content != ContentUnknown {
+		args = append(args, "--addtag", tagContent+string(content))
+	}
+	_, err = l.run.Run(ctx, "lvchange", append(args, l.vg+"/"+name)...)
+	return err
 }
 
 // SetSnapshotRefs implements Backend, like SetVolumeRefs.

@@ -143,7 +143,7 @@ func TestLVMLifecycle(t *testing.T) {
 		t.Errorf("volume %+v (sizes round up to 4MiB extents)", vol)
 	}
 	wantCreate := "lvcreate --yes --name v-k1 --size 12582912b --addtag diskfit.name=" + base64.RawURLEncoding.EncodeToString([]byte(name)) +
-		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.pvc=ns/claim vg0"
+		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.content=none --addtag diskfit.pvc=ns/claim vg0"
 	if !contains(run.calls, wantCreate) {
 		t.Errorf("calls %q lack %q", run.calls, wantCreate)
 	}
@@ -362,5 +362,61 @@ func TestLVMRefs(t *testing.T) {
 		if !got.Refs.Equal(want) {
 			t.Errorf("refs %+v after setting %+v", got.Refs, want)
 		}
+	}
+}
+
+// TestLVMContent: what a volume holds lives in an LV tag. A new LV holds
+// nothing, a copy its source's filesystem; staging replaces the tag; an LV
+// made before the tag existed reads as unknown.
+func TestLVMContent(t *testing.T) {
+	ctx := context.Background()
+	run := newFakeLVM(1 << 30)
+	l := newLVM(t, run, true)
+	content := func(key string) Content {
+		t.Helper()
+		v, err := l.GetVolume(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Content
+	}
+	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k", Name: "k", SizeBytes: 4 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	if got := content("k"); got != ContentNone {
+		t.Errorf("new volume holds %q, want %q", got, ContentNone)
+	}
+	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "c", Name: "c", SizeBytes: 4 * mi, FromVolume: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := content("c"); got != ContentFilesystem {
+		t.Errorf("clone holds %q, want %q", got, ContentFilesystem)
+	}
+	if _, err := l.CreateSnapshot(ctx, "s", "s", "k"); err != nil {
+		t.Fatal(err)
+	}
+	if tags := strings.Join(run.lvs["s-s"].tags, ","); strings.Contains(tags, tagContent) {
+		t.Errorf("snapshot LV tagged with content: %s", tags)
+	}
+	for _, want := range []Content{ContentFilesystem, ContentFilesystem, ContentBlock} {
+		if err := l.SetVolumeContent(ctx, "k", want); err != nil {
+			t.Fatal(err)
+		}
+		if got := content("k"); got != want {
+			t.Errorf("volume holds %q after setting %q", got, want)
+		}
+		if n := strings.Count(strings.Join(run.lvs["v-k"].tags, ","), tagContent); n != 1 {
+			t.Errorf("%d content tags: %q", n, run.lvs["v-k"].tags)
+		}
+	}
+	run.lvs["v-older"] = &fakeLV{size: 4 * mi, tags: []string{tagName + "b2xkZXI", tagState + "ready"}}
+	if got := content("older"); got != ContentUnknown {
+		t.Errorf("an LV without the tag holds %q, want unknown", got)
+	}
+	if err := l.SetVolumeContent(ctx, "older", ContentFilesystem); err != nil {
+		t.Fatal(err)
+	}
+	if got := content("older"); got != ContentFilesystem {
+		t.Errorf("older LV holds %q after recording a filesystem", got)
 	}
 }

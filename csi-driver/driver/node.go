@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
 
 	"github.com/diskfit/diskfit/csi-driver/backend"
 	"github.com/diskfit/diskfit/csi-driver/fault"
@@ -101,7 +102,10 @@ func (d *Driver) nodeRequest(resolve func(id string) (*disk, string, error), id,
 }
 
 // NodeStageVolume implements csi.NodeServer: attach, and for Filesystem
-// volumes format once and mount at the staging path.
+// volumes format once and mount at the staging path. What the volume's
+// record says it holds decides whether it may be formatted (see
+// formatAndMount). A Block volume is recorded as holding data before the
+// first pod can get it.
 func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	dk, key, staging, err := d.nodeRequest(d.volumeOf, req.GetVolumeId(), "staging target path", req.GetStagingTargetPath(),
 		func() error { return checkCapability(req.GetVolumeCapability()) })
@@ -118,9 +122,23 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("attaching volume %s: %w", req.GetVolumeId(), err))
 	}
+	d.cfg.Faults.Reach(fault.NodeStageVolumeAttached)
+	vol, err := dk.backend.GetVolume(ctx, key)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("volume %s: %w", req.GetVolumeId(), err))
+	}
 	mnt := req.GetVolumeCapability().GetMount()
 	if mnt == nil {
-		// Block: the device itself is published; nothing to mount.
+		// Block: the device itself is published; nothing to mount. A pod
+		// may write anything to it from now on, so no later stage (as a
+		// Filesystem volume, say through a PV made again by hand) may
+		// format it.
+		if vol.Content == backend.ContentNone || vol.Content == backend.ContentUnknown {
+			if err := dk.backend.SetVolumeContent(ctx, key, backend.ContentBlock); err != nil {
+				d.detachAfterFailedStage(ctx, dk, key, req.GetVolumeId())
+				return nil, toStatus(fmt.Errorf("recording that volume %s is staged as a Block volume: %w", req.GetVolumeId(), err))
+			}
+		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	fsType := mnt.GetFsType()
@@ -144,36 +162,87 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		// refuses to mount a second filesystem with a UUID already mounted.
 		opts = append(opts, "nouuid")
 	}
-	if err := d.formatAndMount(ctx, dk, key, dev, staging, fsType, opts); err != nil {
-		if derr := dk.backend.Detach(ctx, key); derr != nil {
-			klog.FromContext(ctx).Error(derr, "Detaching after failed stage", "volume", req.GetVolumeId())
+	if err := d.formatAndMount(ctx, dk, req.GetVolumeId(), key, vol.Content, dev, staging, fsType, opts); err != nil {
+		d.detachAfterFailedStage(ctx, dk, key, req.GetVolumeId())
+		if _, ok := status.FromError(err); ok {
+			return nil, err
 		}
 		return nil, status.Errorf(codes.Internal, "formatting and mounting %s at %s: %v", dev, staging, err)
 	}
+	d.cfg.Faults.Reach(fault.NodeStageVolumeMounted)
 	klog.FromContext(ctx).V(2).Info("Staged volume", "volume", req.GetVolumeId(), "device", dev, "path", staging, "fsType", fsType)
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-// formatAndMount mounts dev at target, formatting it first when it is
-// blank. A volume its backend proves never written (a fresh preallocated
-// file) is formatted with the arguments SafeFormatAndMount would use,
-// sparing the blkid process that is the driver's largest cost over doing
-// these steps by hand; anything else goes through SafeFormatAndMount, which
-// never formats a device holding data.
-func (d *Driver) formatAndMount(ctx context.Context, dk *disk, key, dev, target, fsType string, opts []string) error {
-	blank, err := dk.backend.Blank(ctx, key)
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Cannot tell whether the volume is blank, probing it", "device", dev, "err", err.Error())
+func (d *Driver) detachAfterFailedStage(ctx context.Context, dk *disk, key, id string) {
+	if err := dk.backend.Detach(ctx, key); err != nil {
+		klog.FromContext(ctx).Error(err, "Detaching after failed stage", "volume", id)
 	}
+}
+
+// formatAndMount mounts dev at target, formatting it first only when the
+// volume's record allows it:
+//
+//   - ContentNone: nothing but an mkfs that did not finish can have
+//     written the volume. No pod has had it: pods get a volume only after
+//     a stage succeeded, and a stage records ContentFilesystem (or
+//     ContentBlock) before that. So it is formatted, whatever is on it
+//     (a torn filesystem of a stage that was killed during mkfs, which
+//     SafeFormatAndMount would refuse to format or try to mount).
+//   - ContentFilesystem, ContentBlock: the volume may hold data and is
+//     never formatted; finding no filesystem on it is an error.
+//   - ContentUnknown (a record of an older driver): as that driver did, a
+//     volume its backend proves never written (a fresh preallocated file)
+//     is formatted, anything else goes through SafeFormatAndMount, which
+//     formats only a device on which blkid finds nothing.
+//
+// The fresh volume is formatted with the arguments SafeFormatAndMount
+// would use, without its blkid probe, which is the driver's largest cost
+// over doing these steps by hand.
+func (d *Driver) formatAndMount(ctx context.Context, dk *disk, id, key string, content backend.Content, dev, target, fsType string, opts []string) error {
 	// A read-only mount must not format; SafeFormatAndMount says so.
-	if !blank || slices.Contains(opts, "ro") {
+	readOnly := slices.Contains(opts, "ro")
+	switch content {
+	case backend.ContentNone:
+		if readOnly {
+			return status.Errorf(codes.FailedPrecondition, "volume %s has never been formatted, and a read-only stage cannot format it", id)
+		}
+		return d.formatFresh(ctx, dk, key, dev, target, fsType, opts)
+	case backend.ContentUnknown:
+		blank, err := dk.backend.Blank(ctx, key)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Cannot tell whether the volume is blank, probing it", "device", dev, "err", err.Error())
+		}
+		if blank && !readOnly {
+			return d.formatFresh(ctx, dk, key, dev, target, fsType, opts)
+		}
 		if fsType == "ext4" {
 			if err := d.growExtOffline(ctx, dev); err != nil {
 				return err
 			}
 		}
-		return d.mounter.FormatAndMount(dev, target, fsType, opts)
+		if err := d.mounter.FormatAndMount(dev, target, fsType, opts); err != nil {
+			return err
+		}
+		// It holds a filesystem now; from here on it is never formatted.
+		if err := dk.backend.SetVolumeContent(ctx, key, backend.ContentFilesystem); err != nil {
+			klog.FromContext(ctx).Error(err, "Recording that the volume holds a filesystem; it is staged as before until that is recorded", "volume", id)
+		}
+		return nil
+	default:
+		if fsType == "ext4" {
+			if err := d.growExtOffline(ctx, dev); err != nil {
+				return err
+			}
+		}
+		return d.mountWithoutFormatting(id, content, dev, target, fsType, opts)
 	}
+}
+
+// formatFresh formats a volume that holds no data (forced: a torn
+// filesystem of an earlier attempt may be on it), syncs the filesystem to
+// the disk, records that the volume holds it, and only then mounts it.
+func (d *Driver) formatFresh(ctx context.Context, dk *disk, key, dev, target, fsType string, opts []string) error {
 	args := []string{"-f", dev}
 	if fsType != "xfs" {
 		args = []string{"-F", "-m0", dev}
@@ -181,9 +250,89 @@ func (d *Driver) formatAndMount(ctx context.Context, dk *disk, key, dev, target,
 	if out, err := d.exec.CommandContext(ctx, "mkfs."+fsType, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("mkfs.%s %s: %w: %s", fsType, dev, err, out)
 	}
-	klog.FromContext(ctx).V(2).Info("Formatted blank volume", "device", dev, "fsType", fsType)
+	d.cfg.Faults.Reach(fault.NodeStageVolumeFormatting)
+	// mkfs syncs what it wrote itself; this makes the record below true
+	// whatever the mkfs version does. The loop device passes the flush on
+	// to its backing file.
+	if err := syncDevice(dev); err != nil {
+		return err
+	}
+	d.cfg.Faults.Reach(fault.NodeStageVolumeFormatted)
+	if err := dk.backend.SetVolumeContent(ctx, key, backend.ContentFilesystem); err != nil {
+		return fmt.Errorf("recording that the volume holds a filesystem: %w", err)
+	}
+	d.cfg.Faults.Reach(fault.NodeStageVolumeRecorded)
+	klog.FromContext(ctx).V(2).Info("Formatted volume", "device", dev, "fsType", fsType)
 	return d.mounter.Mount(dev, target, fsType, append(opts, "defaults"))
 }
+
+// syncDevice flushes a block device's written data to stable storage.
+func syncDevice(dev string) error {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", dev, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("syncing %s: %w", dev, err)
+	}
+	return nil
+}
+
+// mountWithoutFormatting mounts a volume that may hold data the way
+// SafeFormatAndMount does (blkid, fsck unless read-only, mount), with an
+// executor that refuses to run mkfs: a volume on which blkid finds no
+// filesystem (its first blocks damaged, raw data of a Block volume) is an
+// error, never a blank to format.
+func (d *Driver) mountWithoutFormatting(id string, content backend.Content, dev, target, fsType string, opts []string) error {
+	ex := &noMkfs{Interface: d.mounter.Exec}
+	m := &mount.SafeFormatAndMount{Interface: d.mounter.Interface, Exec: ex}
+	err := m.FormatAndMount(dev, target, fsType, opts)
+	if ex.refused {
+		what := "a filesystem"
+		if content == backend.ContentBlock {
+			what = "data written to it as a Block volume"
+		}
+		return status.Errorf(codes.FailedPrecondition,
+			"volume %s is recorded as holding %s, but no filesystem was found on %s: the driver never formats a volume that may hold data (repair its filesystem or restore it from a snapshot)",
+			id, what, dev)
+	}
+	return err
+}
+
+// noMkfs runs commands like the executor it wraps, except mkfs, which it
+// refuses and remembers having been asked for.
+type noMkfs struct {
+	utilexec.Interface
+	refused bool
+}
+
+func (e *noMkfs) Command(cmd string, args ...string) utilexec.Cmd {
+	return e.guard(e.Interface.Command(cmd, args...), cmd)
+}
+
+func (e *noMkfs) CommandContext(ctx context.Context, cmd string, args ...string) utilexec.Cmd {
+	return e.guard(e.Interface.CommandContext(ctx, cmd, args...), cmd)
+}
+
+func (e *noMkfs) guard(c utilexec.Cmd, cmd string) utilexec.Cmd {
+	if !strings.HasPrefix(filepath.Base(cmd), "mkfs") {
+		return c
+	}
+	e.refused = true
+	return refusedCmd{Cmd: c}
+}
+
+// errFormatRefused is what a refused mkfs answers.
+var errFormatRefused = errors.New("refusing to format a volume that may hold data")
+
+// refusedCmd is a command that never runs.
+type refusedCmd struct{ utilexec.Cmd }
+
+func (refusedCmd) Run() error                      { return errFormatRefused }
+func (refusedCmd) Start() error                    { return errFormatRefused }
+func (refusedCmd) CombinedOutput() ([]byte, error) { return nil, errFormatRefused }
+func (refusedCmd) Output() ([]byte, error)         { return nil, errFormatRefused }
 
 // mountedDevice returns the source mounted at path, or "" when nothing is.
 func (d *Driver) mountedDevice(path string) (string, error) {
@@ -286,6 +435,22 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, err
 	}
 	defer d.locks.lock("volume/" + key)()
+	// A Block volume is published as bind mounts of its loop device's
+	// node. Detached under a pod still using one, the node would lead to
+	// whatever volume that loop device is attached to next.
+	dev, err := dk.backend.Device(ctx, key)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("finding the device of volume %s: %w", req.GetVolumeId(), err))
+	}
+	if dev != "" {
+		pubs, err := devicePublications(dev)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if len(pubs) > 0 {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published as a block device at %s: unpublish it first", req.GetVolumeId(), strings.Join(pubs, ", "))
+		}
+	}
 	if notMnt, err := d.mounter.IsLikelyNotMountPoint(staging); err == nil && !notMnt {
 		if err := d.mounter.Unmount(staging); err != nil {
 			return nil, status.Errorf(codes.Internal, "unmounting %s: %v", staging, err)
@@ -425,11 +590,32 @@ func mountsOf(dev string, block bool, staging, target string) (mountView, error)
 			v.staged = mi.Source
 		case mi.MountPoint == target:
 			v.targetMounted = true
-		case (!block && mi.Source == dev) || (block && mi.FsType == "devtmpfs" && mi.Root == "/"+filepath.Base(dev)):
+		case (!block && mi.Source == dev) || (block && isDeviceNodeMount(mi, dev)):
 			v.others = append(v.others, mi.MountPoint)
 		}
 	}
 	return v, nil
+}
+
+// isDeviceNodeMount reports whether mi is a bind mount of dev's device
+// node, which is how a Block volume is published.
+func isDeviceNodeMount(mi mount.MountInfo, dev string) bool {
+	return mi.FsType == "devtmpfs" && mi.Root == "/"+filepath.Base(dev)
+}
+
+// devicePublications lists the bind mounts of dev's device node.
+func devicePublications(dev string) ([]string, error) {
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	var pubs []string
+	for _, mi := range infos {
+		if isDeviceNodeMount(mi, dev) {
+			pubs = append(pubs, mi.MountPoint)
+		}
+	}
+	return pubs, nil
 }
 
 // NodeUnpublishVolume implements csi.NodeServer: unmount and remove the
