@@ -667,7 +667,8 @@ func componentNames(results []waveResult) []string {
 }
 
 // summarize prints the run's totals and returns an error naming every
-// broken invariant: a disk overbooked, a volume file or loop device left
+// broken invariant: a disk overbooked, a claim the driver refused with
+// ResourceExhausted, a volume file or loop device left
 // after a wave, a wave that did not settle, a component that restarted or
 // whose RSS grew more than maxRSSGrowth from after wave 1 to after the last
 // wave.
@@ -686,6 +687,12 @@ func summarize(results []waveResult) error {
 		}
 		if r.unsettled > 0 {
 			failures = append(failures, fmt.Sprintf("wave %d: %d pods neither Running nor Pending for disk space after %s", r.wave, r.unsettled, settleWithin))
+		}
+		// What the scheduler promises: it never sends a claim to a disk
+		// without room for it (overbooking is checked against the
+		// DiskNodes' capacity, which is partly the driver's own count).
+		if r.exhausted > 0 {
+			failures = append(failures, fmt.Sprintf("wave %d: the driver refused %d claims with ResourceExhausted", r.wave, r.exhausted))
 		}
 	}
 	step("Summary")
