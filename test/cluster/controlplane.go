@@ -25,6 +25,7 @@ import (
 	"k8s.io/controller-manager/pkg/informerfactory"
 	"k8s.io/klog/v2"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	"k8s.io/kubernetes/pkg/controller/namespace"
 	"k8s.io/kubernetes/pkg/controller/statefulset"
@@ -133,6 +134,10 @@ func (cp *controlPlane) startControllers(ctx context.Context) error {
 		return fmt.Errorf("PV protection controller: %w", err)
 	}
 
+	// Fills the aggregated ClusterRoles (admin, edit, view) that tests
+	// bind namespace users to.
+	aggregation := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), client.RbacV1())
+
 	metadataClient, err := metadata.NewForConfig(cp.config)
 	if err != nil {
 		return err
@@ -162,6 +167,7 @@ func (cp *controlPlane) startControllers(ctx context.Context) error {
 		go pvcProtection.Run(ctx, 2)
 		go pvProtection.Run(ctx, 2)
 		go namespaces.Run(ctx, 2)
+		go aggregation.Run(ctx, 1)
 		const resync = 5 * time.Second
 		go wait.Until(restMapper.Reset, resync, ctx.Done())
 		go gc.Run(ctx, 5, resync)
