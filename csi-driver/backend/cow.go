@@ -1,14 +1,14 @@
 package backend
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+	"sync"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -16,16 +16,58 @@ import (
 
 // Copy-on-write space. Snapshots and clones are reflink copies: they share
 // their source's written extents and take no space when made, but each
-// later overwrite of a shared fileExtent, by any of the files sharing it,
-// needs new blocks. A disk that handed that space out would fail the
-// writes of a volume with I/O errors inside its pod. So the file backend
-// books it: an fileExtent shared by n data files may be rewritten by n−1 of
-// them, and that is what Usage keeps back from the disk's free space.
+// later overwrite of a shared extent by a volume needs new blocks. A disk
+// that handed that space out would fail the volume's writes with I/O
+// errors inside its pod. So the file backend books it: every shared extent
+// of a volume's data file, whoever shares it (a snapshot, a clone, a copy
+// made outside diskfit), is what Usage keeps back from the disk's free
+// space. Snapshots are never written, so their own extents need nothing.
+// The count is conservative where two volumes share an extent (once one
+// rewrites it, the other's is no longer shared).
+//
+// Mapping extents costs time on fragmented files (a volume with tens of
+// thousands of extents takes a third of a second), so the count is cached
+// for cowCacheFor and recomputed sooner when the driver itself makes or
+// removes a copy. A stale count is never too small for the driver's own
+// copies: rewrites only shrink it, and it is recomputed after each new one.
+
+// cowCacheFor is how long a copy-on-write count is reused.
+const cowCacheFor = 15 * time.Second
+
+// cowCache holds the last copy-on-write count of a disk.
+type cowCache struct {
+	mu    sync.Mutex
+	bytes int64
+	at    time.Time
+	stale bool
+}
+
+// invalidate makes the next count map the extents again.
+func (c *cowCache) invalidate() {
+	c.mu.Lock()
+	c.stale = true
+	c.mu.Unlock()
+}
+
+// get returns the cached count, or count's answer when it is stale.
+func (c *cowCache) get(count func() (int64, error)) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stale && !c.at.IsZero() && time.Since(c.at) < cowCacheFor {
+		return c.bytes, nil
+	}
+	n, err := count()
+	if err != nil {
+		return 0, err
+	}
+	c.bytes, c.at, c.stale = n, time.Now(), false
+	return n, nil
+}
 
 // fileExtent is a range of a data file's blocks on the disk.
 type fileExtent struct {
-	physical, length int64
-	shared, written  bool
+	length          int64
+	shared, written bool
 }
 
 // FIEMAP, see linux/fiemap.h.
@@ -71,7 +113,7 @@ func extentsOf(path string) ([]fileExtent, error) {
 		}
 		exts := unsafe.Slice((*fiemapExtent)(unsafe.Pointer(&buf[unsafe.Sizeof(fiemapHeader{})])), h.mapped)
 		for _, e := range exts {
-			out = append(out, fileExtent{physical: int64(e.physical), length: int64(e.length),
+			out = append(out, fileExtent{length: int64(e.length),
 				shared: e.flags&fiemapExtentShared != 0, written: e.flags&fiemapExtentUnwrit == 0})
 		}
 		last := exts[len(exts)-1]
@@ -95,22 +137,20 @@ func writtenBytes(path string) (int64, error) {
 	return n, err
 }
 
-// cowBytes is what copy-on-write may still take from the disk: over every
-// data file of the state directories, the shared extents' lengths added up,
-// less the length of the disk ranges they cover (each shared range counted
-// once: one of its sharers may rewrite it in place).
+// cowBytes is what copy-on-write may still take from the disk: the shared
+// extents of every volume's data file.
 func (f *File) cowBytes() (int64, error) {
-	var shared []fileExtent
-	for _, dir := range []string{f.volumes, f.snapshots} {
-		entries, err := os.ReadDir(dir)
+	return f.cow.get(func() (int64, error) {
+		entries, err := os.ReadDir(f.volumes)
 		if err != nil {
-			return 0, fmt.Errorf("reading %s: %w", dir, err)
+			return 0, fmt.Errorf("reading %s: %w", f.volumes, err)
 		}
+		var n int64
 		for _, e := range entries {
 			if !strings.HasSuffix(e.Name(), dataSuffix) || !e.Type().IsRegular() {
 				continue
 			}
-			exts, err := extentsOf(filepath.Join(dir, e.Name()))
+			exts, err := extentsOf(filepath.Join(f.volumes, e.Name()))
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // deleted meanwhile
 			}
@@ -119,20 +159,10 @@ func (f *File) cowBytes() (int64, error) {
 			}
 			for _, x := range exts {
 				if x.shared {
-					shared = append(shared, x)
+					n += x.length
 				}
 			}
 		}
-	}
-	var total, covered, end int64
-	slices.SortFunc(shared, func(a, b fileExtent) int { return cmp.Compare(a.physical, b.physical) })
-	for _, x := range shared {
-		total += x.length
-		from, to := max(x.physical, end), x.physical+x.length
-		if to > from {
-			covered += to - from
-			end = to
-		}
-	}
-	return total - covered, nil
+		return n, nil
+	})
 }

@@ -48,6 +48,7 @@ type File struct {
 	dev     uint64
 	reflink bool
 	space   spaceGuard
+	cow     cowCache
 }
 
 var _ Backend = &File{}
@@ -178,14 +179,13 @@ func (f *File) recover(ctx context.Context, dir string) error {
 		record := filepath.Join(dir, name)
 		err := readJSON(record, &rec)
 		switch {
-		case errors.Is(err, errUndecodable):
-			// Only an intent record can be torn (its directory entry is not
-			// synced, see CreateVolume); a ready record never is.
-			logger.Info("Torn record, treating it as unfinished", "record", record, "err", err.Error())
 		case err != nil:
-			// An I/O error says nothing about the volume: it may be complete
-			// and hold data. Keep everything; the disk stays unusable, with
-			// this reason, until the record reads again.
+			// No crash leaves a record that does not read or decode: every
+			// record is fsynced before it is renamed into place. So this is
+			// an I/O error or damage, which says nothing about the volume:
+			// it may be complete and hold data. Keep everything; the disk
+			// stays unavailable, with this reason, until the record is
+			// readable again (or removed by hand).
 			return fmt.Errorf("cannot tell whether %s is complete, keeping every file of the disk: %w", record, err)
 		case rec.State == StateReady:
 			if err := cutBack(ctx, filepath.Join(dir, key+dataSuffix), rec.SizeBytes); err != nil {
@@ -334,6 +334,7 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	}
 	f.faults.Reach(fault.CreateVolumeIntentRecorded)
 	err := f.space.allocate(ctx, f.Usage, req.SizeBytes, func() error {
+		defer f.cow.invalidate() // a copy shares its source's extents
 		return makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes)
 	})
 	if err != nil {
@@ -431,6 +432,7 @@ func (f *File) DeleteVolume(ctx context.Context, key string) error {
 // record, which Start removes; it never leaves a record claiming data that
 // is gone.
 func (f *File) removeRecordFirst(dir, key string, recordRemoved, dataRemoved fault.Step) error {
+	defer f.cow.invalidate() // what the removed file shared is no longer shared
 	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
 		return err
 	}
@@ -569,10 +571,12 @@ func (f *File) SetSnapshotRefs(ctx context.Context, key string, refs Refs) error
 // larger than its record, which Start cuts back (or a retry grows to the
 // same size again), or a record larger than its loop device, which a retry
 // (or the next Attach) refreshes. Any failure after the file grew restores
-// the old record and cuts the file back before returning: ext4 keeps
-// whatever part of a fallocate it managed before ENOSPC, and a file left
-// larger than its record would hold the disk's space, and could later be
-// attached at its larger size and grown into.
+// the old record and cuts the file back to its size on entry before
+// returning: ext4 keeps whatever part of a fallocate it managed before
+// ENOSPC, and a file left larger would hold the disk's space, and could
+// later be attached at its larger size and grown into. Never below its
+// size on entry: a file that start left larger than its record (its loop
+// device already had the larger size) may hold data there.
 func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volume, error) {
 	vol, err := f.GetVolume(ctx, key)
 	if err != nil {
@@ -586,11 +590,16 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 		return nil, fmt.Errorf("opening data file: %w", err)
 	}
 	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("data file: %w", err)
+	}
+	entry := max(st.Size(), vol.SizeBytes)
 	meta := filepath.Join(f.volumes, key+metaSuffix)
 	grown := *vol
 	grown.SizeBytes = size
 	recordTouched := false
-	err = f.space.allocate(ctx, f.Usage, size-vol.SizeBytes, func() error { return allocate(file, size) })
+	err = f.space.allocate(ctx, f.Usage, size-entry, func() error { return allocate(file, size) })
 	if err == nil {
 		err = file.Sync()
 	}
@@ -607,8 +616,8 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 		// also frees the room a record needs on a full disk, then the old
 		// record goes back (a rename whose directory sync failed may have
 		// put the new size in place).
-		if terr := file.Truncate(vol.SizeBytes); terr != nil {
-			return nil, fmt.Errorf("%w (and cutting the file back to %d bytes: %w)", err, vol.SizeBytes, terr)
+		if terr := file.Truncate(entry); terr != nil {
+			return nil, fmt.Errorf("%w (and cutting the file back to %d bytes: %w)", err, entry, terr)
 		}
 		if recordTouched {
 			if rerr := f.writeJSONAtomic(meta, vol, true, fault.Step{}); rerr != nil {
@@ -757,6 +766,7 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	written, err := writtenBytes(f.volumeFile(sourceKey))
 	if err == nil {
 		err = f.space.allocate(ctx, f.Usage, written, func() error {
+			defer f.cow.invalidate()
 			return makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), 0)
 		})
 	}
@@ -864,14 +874,10 @@ func readJSON(path string, v any) error {
 		return fmt.Errorf("reading record: %w", err)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("%w: %s: %w", errUndecodable, path, err)
+		return fmt.Errorf("decoding record %s: %w", path, err)
 	}
 	return nil
 }
-
-// errUndecodable says a record was read but is not a record: an intent
-// torn by a crash. Any other error reading it is an I/O error.
-var errUndecodable = errors.New("record does not decode")
 
 // maxRecordBytes bounds what is read of a record; a real one is a few
 // hundred bytes.

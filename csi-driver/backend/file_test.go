@@ -268,8 +268,6 @@ func TestFileRecovery(t *testing.T) {
 	}
 	write("creating.json", `{"key":"creating","name":"creating","sizeBytes":4194304,"state":"creating"}`)
 	write("creating.img", "partial")
-	write("torn.json", "")
-	write("torn.img", "intent record lost its content in a crash")
 	write("orphan.img", "no record")
 	write("keep.json.tmp-123", "{")
 

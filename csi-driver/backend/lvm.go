@@ -543,8 +543,13 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 	if err := l.removeLV(ctx, lvName); err != nil {
 		return nil, err
 	}
-	if _, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true, ContentUnknown)...); err != nil {
-		return nil, noSpace(err)
+	// A thick snapshot takes its whole size from the volume group.
+	err = l.space.allocate(ctx, l.Usage, roundExtent(src.SizeBytes), func() error {
+		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true, ContentUnknown)...)
+		return noSpace(err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := l.markReady(ctx, lvName); err != nil {
 		return nil, errors.Join(err, l.removeLV(ctx, lvName))
