@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -90,6 +91,18 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if vol != nil {
 		if vol.Name != req.GetName() || !sizeFits(vol.SizeBytes, req.GetCapacityRange()) || !sameSource(dk, vol, req.GetVolumeContentSource()) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with size %d bytes and another size or source than requested", req.GetName(), vol.SizeBytes)
+		}
+		// The provisioner asks again because it has no PV yet and will make
+		// one: the time without a PV starts over, so that no sweep removes
+		// the volume it is about to get.
+		if !vol.UnreferencedSince.IsZero() {
+			err := d.changeRefs(ctx, d.volumeRefs(), dk, key, func(r backend.Refs) backend.Refs {
+				r.UnreferencedSince = time.Time{}
+				return r
+			})
+			if err != nil {
+				return nil, toStatus(fmt.Errorf("volume %q: %w", req.GetName(), err))
+			}
 		}
 		return &csi.CreateVolumeResponse{Volume: d.csiVolume(dk, vol, req.GetVolumeContentSource())}, nil
 	}

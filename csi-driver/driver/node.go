@@ -101,6 +101,12 @@ func (d *Driver) nodeRequest(resolve func(id string) (*disk, string, error), id,
 	return dk, key, clean, nil
 }
 
+// keyOf resolves a volume ID to its key only, for calls that need no disk.
+func keyOf(id string) (*disk, string, error) {
+	_, key, err := parseID("volume", id)
+	return nil, key, err
+}
+
 // NodeStageVolume implements csi.NodeServer: attach, and for Filesystem
 // volumes format once and mount at the staging path. What the volume's
 // record says it holds decides whether it may be formatted (see
@@ -118,9 +124,20 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := d.changeRefs(ctx, d.volumeRefs(), dk, key, func(backend.Refs) backend.Refs { return backend.Refs{} }); err != nil {
 		return nil, toStatus(fmt.Errorf("recording that volume %s has a PV: %w", req.GetVolumeId(), err))
 	}
+	// A device already attached belongs to an earlier stage, whose
+	// mounts and publications may be in use: a failure here leaves it.
+	attached, err := dk.backend.Device(ctx, key)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("looking for the device of volume %s: %w", req.GetVolumeId(), err))
+	}
 	dev, err := dk.backend.Attach(ctx, key)
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("attaching volume %s: %w", req.GetVolumeId(), err))
+	}
+	undo := func() {
+		if attached == "" {
+			d.detachAfterFailedStage(ctx, dk, key, req.GetVolumeId(), dev)
+		}
 	}
 	d.cfg.Faults.Reach(fault.NodeStageVolumeAttached)
 	vol, err := dk.backend.GetVolume(ctx, key)
@@ -135,7 +152,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		// format it.
 		if vol.Content == backend.ContentNone || vol.Content == backend.ContentUnknown {
 			if err := dk.backend.SetVolumeContent(ctx, key, backend.ContentBlock); err != nil {
-				d.detachAfterFailedStage(ctx, dk, key, req.GetVolumeId())
+				undo()
 				return nil, toStatus(fmt.Errorf("recording that volume %s is staged as a Block volume: %w", req.GetVolumeId(), err))
 			}
 		}
@@ -163,7 +180,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		opts = append(opts, "nouuid")
 	}
 	if err := d.formatAndMount(ctx, dk, req.GetVolumeId(), key, vol.Content, dev, staging, fsType, opts); err != nil {
-		d.detachAfterFailedStage(ctx, dk, key, req.GetVolumeId())
+		undo()
 		if _, ok := status.FromError(err); ok {
 			return nil, err
 		}
@@ -174,9 +191,18 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-func (d *Driver) detachAfterFailedStage(ctx context.Context, dk *disk, key, id string) {
+// detachAfterFailedStage detaches the device a failed stage attached,
+// unless something (a publication) uses it: a detached loop device that
+// is still open goes when it is closed, and a pod's device node would then
+// lead to whatever volume gets that loop device next.
+func (d *Driver) detachAfterFailedStage(ctx context.Context, dk *disk, key, id, dev string) {
+	logger := klog.FromContext(ctx)
+	if pubs, err := devicePublications(dev); err != nil || len(pubs) > 0 {
+		logger.Info("Leaving the device of a failed stage attached", "volume", id, "device", dev, "publications", pubs, "err", err)
+		return
+	}
 	if err := dk.backend.Detach(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "Detaching after failed stage", "volume", id)
+		logger.Error(err, "Detaching after failed stage", "volume", id)
 	}
 }
 
@@ -621,7 +647,9 @@ func devicePublications(dev string) ([]string, error) {
 // NodeUnpublishVolume implements csi.NodeServer: unmount and remove the
 // target, as the CSI spec requires; it is idempotent.
 func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	_, key, target, err := d.nodeRequest(d.diskOf, req.GetVolumeId(), "target path", req.GetTargetPath())
+	// The disk plays no part: the target is unmounted even for a disk that
+	// is down or no longer configured, so that the pod can go.
+	_, key, target, err := d.nodeRequest(keyOf, req.GetVolumeId(), "target path", req.GetTargetPath())
 	if err != nil {
 		return nil, err
 	}

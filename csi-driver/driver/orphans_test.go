@@ -236,6 +236,10 @@ func TestOrphanSweep(t *testing.T) {
 	if st.VolumeCount != 5 {
 		t.Errorf("DiskNode counts %d volumes, want the 5 left", st.VolumeCount)
 	}
+	// The volumes without a PV are no room for the scheduler to hand out.
+	if want := st.FreeBytes + int64(st.VolumeCount-st.VolumesWithoutPV)*300*mi; st.CapacityBytes != want {
+		t.Errorf("DiskNode capacity %d, want free space plus the volumes with a PV, %d", st.CapacityBytes, want)
+	}
 	// The retained volume, the staged one (kept, but the API has no PV
 	// for it), the one whose PV the stopped cache never saw, and the young
 	// one whose PV does not exist yet.

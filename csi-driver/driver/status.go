@@ -43,9 +43,14 @@ func (d *Driver) diskStatus(ctx context.Context, dk *disk) v1alpha1.DiskStatus {
 	// and the scheduler's ledger (capacity minus the PVs it knows) agrees
 	// with the disk between two reports, whatever the filesystem keeps for
 	// itself (ext4 journal, XFS metadata) or whatever else was written there.
+	// Volumes without a PV are left out: the scheduler counts a disk's
+	// volumes by their PVs (capacity minus PVs is what it may hand out), so
+	// a volume kept after its PV went must not look like room.
 	var used int64
 	for _, v := range vols {
-		used += v.SizeBytes
+		if v.UnreferencedSince.IsZero() {
+			used += v.SizeBytes
+		}
 	}
 	st.FreeBytes = u.FreeBytes
 	st.CapacityBytes = min(u.FreeBytes+used, u.CapacityBytes)

@@ -98,7 +98,8 @@ type DiskStatus struct {
 	DeviceClass string `json:"deviceClass,omitempty"`
 
 	// CapacityBytes is what the disk offers volumes: free space plus the
-	// space its volumes take, headroom excluded. Space the filesystem keeps
+	// space its volumes with a PV take, headroom excluded (a volume kept
+	// without a PV is not room anyone can have). Space the filesystem keeps
 	// for itself, or that something other than a volume holds, is not part
 	// of it, so CapacityBytes minus the volumes is what is free.
 	// +kubebuilder:validation:Minimum=0
