@@ -62,9 +62,10 @@ func tenantClient(t *testing.T, ns string) kubernetes.Interface {
 
 // A tenant cannot choose a claim's disk: the manifests' admission policy
 // refuses diskfit.io/selected-disk from anyone but diskfit-scheduler, on
-// a new claim and on an update, while diskfit-scheduler's own write (with
-// the node, when it places the tenant's pod) passes, and the tenant's
-// other updates of the claim still do.
+// a new claim and on an update, and a node for a claim that has a disk,
+// while diskfit-scheduler's own write (with the node, when it places the
+// tenant's pod) passes, and the tenant's other updates of the claim still
+// do.
 func TestOnlyTheSchedulerChoosesTheDisk(t *testing.T) {
 	ns := newNamespace(t)
 	tenant := tenantClient(t, ns)
@@ -72,7 +73,7 @@ func TestOnlyTheSchedulerChoosesTheDisk(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
 	refused := func(what string, err error) {
 		t.Helper()
-		if err == nil || !strings.Contains(err.Error(), "only diskfit-scheduler may set diskfit.io/selected-disk") {
+		if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'diskfit-selected-disk'") {
 			t.Errorf("%s: %v, want the admission policy's refusal", what, err)
 		}
 	}
@@ -102,6 +103,7 @@ func TestOnlyTheSchedulerChoosesTheDisk(t *testing.T) {
 	}{
 		{"another disk", func(c *v1.PersistentVolumeClaim) { c.Annotations[diskfit.SelectedDiskAnnotation] = disk + "x" }, false},
 		{"no disk", func(c *v1.PersistentVolumeClaim) { delete(c.Annotations, diskfit.SelectedDiskAnnotation) }, false},
+		{"another node", func(c *v1.PersistentVolumeClaim) { c.Annotations[diskfit.SelectedNodeAnnotation] = "elsewhere" }, false},
 		{"a label", func(c *v1.PersistentVolumeClaim) { c.Labels = map[string]string{"team": "a"} }, true},
 	} {
 		got, err := tenant.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
