@@ -66,7 +66,21 @@ func (d *Driver) checkPath(kind, p string) (string, error) {
 	if outside(clean) {
 		return "", status.Errorf(codes.InvalidArgument, "%s %s is outside the kubelet directory %s", kind, p, d.kubeletDir)
 	}
-	if parent, err := filepath.EvalSymlinks(filepath.Dir(clean)); err == nil && outside(filepath.Join(parent, filepath.Base(clean))) {
+	// The deepest ancestor that exists, with its symlinks resolved, must
+	// stay inside: the driver makes the missing directories below it, and
+	// making them would follow a symlinked ancestor wherever it leads.
+	existing, rest := filepath.Dir(clean), filepath.Base(clean)
+	for existing != d.kubeletDir {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		}
+		existing, rest = filepath.Dir(existing), filepath.Join(filepath.Base(existing), rest)
+	}
+	parent, err := filepath.EvalSymlinks(existing)
+	if err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "%s %s: resolving %s: %v", kind, p, existing, err)
+	}
+	if outside(filepath.Join(parent, rest)) {
 		return "", status.Errorf(codes.InvalidArgument, "%s %s resolves outside the kubelet directory %s", kind, p, d.kubeletDir)
 	}
 	// The kubelet never passes a symlink; mount(2) and removal would
