@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -92,5 +93,53 @@ func TestManifestsApplyToTheAPIServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The production overlay gives every container of the node DaemonSet a
+// memory limit, and only the kubelet directory propagates mounts both
+// ways: the driver mounts nothing elsewhere, so no other host path lets a
+// mount made in the container reach the host.
+func TestNodeDaemonSetLimitsAndPropagation(t *testing.T) {
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "../../manifests/overlays/production")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds *appsv1.DaemonSet
+	for _, r := range resources.Resources() {
+		if r.GetKind() != "DaemonSet" || r.GetName() != "diskfit-csi-node" {
+			continue
+		}
+		raw, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = &appsv1.DaemonSet{}
+		if err := yaml.Unmarshal(raw, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ds == nil {
+		t.Fatal("the production overlay has no DaemonSet diskfit-csi-node")
+	}
+	want := map[string]v1.MountPropagationMode{
+		"/var/lib/kubelet": v1.MountPropagationBidirectional,
+		"/dev":             v1.MountPropagationHostToContainer,
+		"/mnt/disks":       v1.MountPropagationHostToContainer,
+	}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Resources.Limits.Memory().IsZero() {
+			t.Errorf("container %s has no memory limit", c.Name)
+		}
+		for _, m := range c.VolumeMounts {
+			got := ptr.Deref(m.MountPropagation, v1.MountPropagationNone)
+			if w, ok := want[m.MountPath]; ok && c.Name == "diskfit-csi" {
+				if got != w {
+					t.Errorf("%s: %s propagates %s, want %s", c.Name, m.MountPath, got, w)
+				}
+			} else if got == v1.MountPropagationBidirectional {
+				t.Errorf("%s: %s propagates Bidirectional", c.Name, m.MountPath)
+			}
+		}
 	}
 }
