@@ -39,6 +39,8 @@ var rbacManifests = []string{
 	"base/policy/selected-disk.yaml",
 	"scheduler/rbac.yaml",
 	"snapshot/snapshot-controller.yaml",
+	"webhook/rbac.yaml",
+	"webhook/policy.yaml",
 }
 
 // The ServiceAccounts of the manifests, by component.

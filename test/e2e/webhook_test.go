@@ -4,14 +4,18 @@ import (
 	"context"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -153,4 +157,60 @@ func registerWebhook(t *testing.T, name, ns, url string) {
 			t.Errorf("deleting MutatingWebhookConfiguration %s: %v", name, err)
 		}
 	})
+}
+
+// diskfit-webhook can write the caBundle of its webhook configuration and
+// nothing else of it: with the webhook's own ServiceAccount token, an
+// update of the caBundle passes, and updates that would widen what it is
+// asked about (another operation, failing closed, no namespace selector)
+// are refused by the manifests' admission policy.
+func TestWebhookCanOnlyWriteItsCABundle(t *testing.T) {
+	ctx := ctxFor(t, 2*time.Minute)
+	// The manifests' configuration under its own name (the webhook's
+	// role may update only that one), for a namespace that has no pods.
+	registerWebhook(t, "diskfit-webhook", "no-such-namespace", "https://127.0.0.1:1/mutate")
+	tr, err := kube.CoreV1().ServiceAccounts("diskfit-system").CreateToken(ctx, "diskfit-webhook", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(restConfig)
+	cfg.BearerToken = tr.Status.Token
+	asWebhook, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configs := asWebhook.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	for _, tt := range []struct {
+		name   string
+		change func(w *admissionregistrationv1.MutatingWebhook)
+		allow  bool
+	}{
+		{"its caBundle", func(w *admissionregistrationv1.MutatingWebhook) { w.ClientConfig.CABundle = []byte("a CA") }, true},
+		{"another operation", func(w *admissionregistrationv1.MutatingWebhook) {
+			w.Rules[0].Operations = append(w.Rules[0].Operations, admissionregistrationv1.Update)
+		}, false},
+		{"failing closed", func(w *admissionregistrationv1.MutatingWebhook) {
+			w.FailurePolicy = ptr.To(admissionregistrationv1.Fail)
+		}, false},
+		{"every namespace", func(w *admissionregistrationv1.MutatingWebhook) { w.NamespaceSelector = &metav1.LabelSelector{} }, false},
+	} {
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			got, err := configs.Get(ctx, "diskfit-webhook", metav1.GetOptions{})
+			if err != nil {
+				return false, nil // the role's binding may not have reached the authorizer yet
+			}
+			tt.change(&got.Webhooks[0])
+			_, err = configs.Update(ctx, got, metav1.UpdateOptions{})
+			switch {
+			case tt.allow && err != nil:
+				t.Errorf("the webhook updating %s: %v", tt.name, err)
+			case !tt.allow && (err == nil || !strings.Contains(err.Error(), "may change only the caBundle")):
+				t.Errorf("the webhook updating %s: %v, want the admission policy's refusal", tt.name, err)
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("the webhook cannot read its configuration: %v", err)
+		}
+	}
 }
