@@ -64,7 +64,7 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeSpec) (n *Node, err er
 	if err := n.startKubelet(ctx); err != nil {
 		return n, err
 	}
-	if err := n.startDriver(); err != nil {
+	if err := n.startDriver(ctx); err != nil {
 		return n, err
 	}
 	if err := n.waitForDiskNode(ctx); err != nil {
@@ -107,8 +107,13 @@ func (n *Node) writeConfig() (string, error) {
 	return path, os.WriteFile(path, raw, 0o644)
 }
 
-func (n *Node) startDriver() error {
+func (n *Node) startDriver(ctx context.Context) error {
 	bin, err := n.cluster.binary("diskfit-csi")
+	if err != nil {
+		return err
+	}
+	// The driver's token is bound to its Node, as a DaemonSet pod's is.
+	kubeconfig, err := n.cluster.kubeconfigForNode(ctx, nodeAccount, n.Name)
 	if err != nil {
 		return err
 	}
@@ -120,7 +125,7 @@ func (n *Node) startDriver() error {
 		"--endpoint=unix://" + n.Socket,
 		"--node-id=" + n.Name,
 		"--config=" + cfg,
-		"--kubeconfig=" + n.cluster.nodeKubeconfig,
+		"--kubeconfig=" + kubeconfig,
 		"--kubelet-dir=" + n.KubeletDir,
 		"--disknode-resync=5s",
 		// Short, so that the e2e suite sees several orphan sweeps (every
@@ -134,7 +139,7 @@ func (n *Node) startDriver() error {
 // RestartDriver kills the node's driver as a crash would and starts it again.
 func (n *Node) RestartDriver() error {
 	n.driver.kill()
-	return n.startDriver()
+	return n.startDriver(context.Background())
 }
 
 func (n *Node) startProvisioner() error {

@@ -37,6 +37,7 @@ var rbacManifests = []string{
 	"base/namespace.yaml",
 	"base/node/rbac.yaml",
 	"base/policy/selected-disk.yaml",
+	"base/policy/disknode-own-node.yaml",
 	"scheduler/rbac.yaml",
 	"snapshot/snapshot-controller.yaml",
 	"webhook/rbac.yaml",
@@ -118,12 +119,28 @@ func createRBACObject(ctx context.Context, c *Cluster, obj runtime.Object) error
 // ServiceAccount, with a token that outlives any run, and reaches the API
 // server through the cluster's proxy; it returns its path.
 func (c *Cluster) kubeconfigFor(ctx context.Context, sa serviceAccount) (string, error) {
-	path := filepath.Join(c.Dir, "kubeconfig-"+sa.namespace+"-"+sa.name)
+	return c.kubeconfigWithToken(ctx, sa, "kubeconfig-"+sa.namespace+"-"+sa.name, nil)
+}
+
+// kubeconfigForNode is kubeconfigFor with a token bound to the Node, as a
+// DaemonSet pod's token is bound to its pod on that node: it carries the
+// node's name, which the manifests' DiskNode policy checks.
+func (c *Cluster) kubeconfigForNode(ctx context.Context, sa serviceAccount, node string) (string, error) {
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	ref := &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}
+	return c.kubeconfigWithToken(ctx, sa, "kubeconfig-"+sa.namespace+"-"+sa.name+"-"+node, ref)
+}
+
+func (c *Cluster) kubeconfigWithToken(ctx context.Context, sa serviceAccount, file string, bound *authenticationv1.BoundObjectReference) (string, error) {
+	path := filepath.Join(c.Dir, file)
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
 	tr, err := c.Client.CoreV1().ServiceAccounts(sa.namespace).CreateToken(ctx, sa.name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600)},
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](7 * 24 * 3600), BoundObjectRef: bound},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", sa.namespace, sa.name, err)
