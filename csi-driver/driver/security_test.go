@@ -335,7 +335,10 @@ func TestSecretsNeverLogged(t *testing.T) {
 	staging := filepath.Join(e.kubelet, "plugins", "secret")
 	target := filepath.Join(e.kubelet, "pods", "secret")
 	calls := []func() error{
-		func() error { _, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-bad", Secrets: secrets}); return err },
+		func() error {
+			_, err := ctrl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "pvc-bad", Secrets: secrets})
+			return err
+		},
 		func() error {
 			_, err := ctrl.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: id, VolumeCapabilities: []*csi.VolumeCapability{cap}, Secrets: secrets})
 			return err
@@ -365,7 +368,10 @@ func TestSecretsNeverLogged(t *testing.T) {
 			_, err := ctrl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-secret", SourceVolumeId: id, Secrets: secrets})
 			return err
 		},
-		func() error { _, err := ctrl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{Secrets: secrets}); return err },
+		func() error {
+			_, err := ctrl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{Secrets: secrets})
+			return err
+		},
 		func() error {
 			_, err := ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: "only:snap-secret", Secrets: secrets})
 			return err
@@ -378,7 +384,10 @@ func TestSecretsNeverLogged(t *testing.T) {
 			_, err := node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
 			return err
 		},
-		func() error { _, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: secrets}); return err },
+		func() error {
+			_, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: secrets})
+			return err
+		},
 		func() error {
 			_, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: "only:../x", Secrets: secrets})
 			return err

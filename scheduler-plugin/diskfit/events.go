@@ -134,7 +134,14 @@ func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.
 }
 
 // moreRoom reports whether a healthy disk of newDN is new, newly healthy,
-// freer or of another class than in oldDN.
+// freer, larger or of another class than in oldDN. The ledger's room on a
+// disk is the smaller of its reported free space and its capacity less
+// what is placed on it, so either growing can make room. Capacity grows
+// alone when a report came between a volume's deletion and the
+// filesystem freeing its blocks in the background (XFS does), and a new
+// volume took the freed space meanwhile: the free space stays, the
+// capacity comes back. A capacity that only moves with filesystem
+// metadata costs at most a needless retry.
 func moreRoom(oldDN, newDN *v1alpha1.DiskNode) bool {
 	for i := range newDN.Status.Disks {
 		n := &newDN.Status.Disks[i]
@@ -142,10 +149,7 @@ func moreRoom(oldDN, newDN *v1alpha1.DiskNode) bool {
 			continue
 		}
 		o := oldDN.Status.Disk(n.Name)
-		// Capacity alone is not checked: a disk that really grew reports
-		// more free space too, and the capacity the node plugin reports
-		// moves with filesystem metadata as volumes come and go.
-		if o == nil || !o.Healthy || n.FreeBytes > o.FreeBytes || n.DeviceClass != o.DeviceClass {
+		if o == nil || !o.Healthy || n.FreeBytes > o.FreeBytes || n.CapacityBytes > o.CapacityBytes || n.DeviceClass != o.DeviceClass {
 			return true
 		}
 	}

@@ -68,6 +68,11 @@ func TestDiskNodeHint(t *testing.T) {
 		dn.Status.Disks[0].FreeBytes = free
 		return dn
 	}
+	withCapacity := func(capacity int64) *v1alpha1.DiskNode {
+		dn := base.DeepCopy()
+		dn.Status.Disks[0].CapacityBytes = capacity
+		return dn
+	}
 	staleDN := base.DeepCopy()
 	staleDN.Status.ObservedTime = metav1.NewTime(testNow.Add(-time.Hour))
 	sick := base.DeepCopy()
@@ -82,6 +87,11 @@ func TestDiskNodeHint(t *testing.T) {
 		{"created", nil, base, fwk.Queue},
 		{"more free space", base, withFree(3 * gi), fwk.Queue},
 		{"less free space", base, withFree(gi), fwk.QueueSkip},
+		// XFS frees a deleted volume's blocks in the background: a report
+		// taken in between has the volume gone but not its space, and the
+		// next one more capacity with the same free space (a new volume
+		// took the room meanwhile). The ledger's room grew.
+		{"more capacity, same free space", base, withCapacity(11 * gi), fwk.Queue},
 		{"only refreshed", base, base.DeepCopy(), fwk.QueueSkip},
 		{"fresh again", staleDN, base, fwk.Queue},
 		{"healthy again", sick, base, fwk.Queue},

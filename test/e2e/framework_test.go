@@ -206,6 +206,41 @@ func events(t *testing.T, ns, name string) string {
 	return b.String()
 }
 
+// waitForUnschedulable waits until the pod's PodScheduled condition says
+// why it cannot be scheduled with every one of the given fragments, and
+// returns that message. The condition has the latest attempt's reasons;
+// FailedScheduling events do not: the events library folds a pod's later
+// failures into the first one's series, whose message stays that of the
+// first (which may be "persistentvolumeclaim not found" when the scheduler
+// saw the pod before its claims).
+func waitForUnschedulable(t *testing.T, ns, name string, fragments ...string) string {
+	t.Helper()
+	var msg string
+	err := wait.PollUntilContextTimeout(ctxFor(t, 2*time.Minute), 500*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range pod.Status.Conditions {
+			if c.Type != v1.PodScheduled || c.Status != v1.ConditionFalse {
+				continue
+			}
+			msg = c.Message
+			for _, f := range fragments {
+				if !strings.Contains(c.Message, f) {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s is not unschedulable with %q: %v; last reason: %s", ns, name, fragments, err, msg)
+	}
+	return msg
+}
+
 // waitForEvent waits for an event of the named object whose reason is reason
 // and whose message contains every one of the given fragments.
 func waitForEvent(t *testing.T, ns, name, reason string, fragments ...string) string {

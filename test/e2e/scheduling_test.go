@@ -102,7 +102,7 @@ func TestPodThatFitsNowhereStaysPending(t *testing.T) {
 	class := newStorageClass(t, "")
 	newPVC(t, ns, "huge", class, 64*gi)
 	createPod(t, ns, podSpec("huge", diskfit.SchedulerName, "huge"))
-	msg := waitForEvent(t, ns, "huge", "FailedScheduling", "largest free disk", "pod needs 64Gi on one disk")
+	msg := waitForUnschedulable(t, ns, "huge", "largest free disk", "pod needs 64Gi on one disk")
 	t.Logf("FailedScheduling: %s", msg)
 	pod, err := kube.CoreV1().Pods(ns).Get(context.Background(), "huge", metav1.GetOptions{})
 	if err != nil {

@@ -216,7 +216,7 @@ func TestNonlinearDisksFoolOnlyTheDefaultScheduler(t *testing.T) {
 
 	// diskfit rejects node-a for the same pod, per disk.
 	podWithClaims("pinned", diskfit.SchedulerName, required)
-	msg := waitForEvent(t, ns, "pinned", "FailedScheduling", "node "+node+":")
+	msg := waitForUnschedulable(t, ns, "pinned", "node "+node+":")
 	t.Logf("diskfit on %s: %s", node, msg)
 
 	// And places it on a node that holds it.
