@@ -8,6 +8,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
 
 // TestPathsThroughSymlinkedMissingParents: a stage or publish path whose
@@ -18,6 +20,9 @@ func TestPathsThroughSymlinkedMissingParents(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: 1 * gi}}, nil)
 	vol := e.mustCreate(t, createReq("pvc-paths", 300*mi))
 	outside := t.TempDir()
+	// Should the driver escape, what it mounted outside goes first, so the
+	// disk's own cleanup can detach and unmount.
+	t.Cleanup(func() { testdisk.Teardown(t, outside) })
 	link := filepath.Join(e.kubelet, "pods", "link")
 	if err := os.MkdirAll(filepath.Dir(link), 0o750); err != nil {
 		t.Fatal(err)
