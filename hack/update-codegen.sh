@@ -8,8 +8,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 bin="$root/bin"
 module=github.com/diskfit/diskfit
-apis=csi-driver/apis
-client=csi-driver/client
+apis=apis
+client=apis/client
 header=hack/boilerplate.go.txt
 pkgs=("$module/$apis/diskfit/v1alpha1")
 
@@ -28,4 +28,4 @@ rm -rf "$client"
   --versioned-clientset-package "$module/$client/clientset/versioned" \
   --listers-package "$module/$client/listers" "${pkgs[@]}"
 
-"$bin/controller-gen" crd:crdVersions=v1 paths="./$apis/..." output:crd:dir=manifests/base/crd
+"$bin/controller-gen" crd:crdVersions=v1 paths="./$apis/diskfit/..." output:crd:dir=manifests/base/crd

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
 	"github.com/diskfit/diskfit/cmd/internal/command"
-	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
 	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/driver"
 	"github.com/diskfit/diskfit/csi-driver/fault"

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // Sentinel errors; the CSI services map them to gRPC codes with errors.Is.

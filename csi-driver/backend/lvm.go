@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // Runner runs a command and returns its standard output. It is the seam

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 func TestParse(t *testing.T) {

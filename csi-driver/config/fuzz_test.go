@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // FuzzParse feeds arbitrary bytes to Parse. "$D" in the input stands for a

@@ -16,8 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 

@@ -16,9 +16,9 @@ import (
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
-	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/fault"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"

@@ -6,7 +6,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 var _ csi.IdentityServer = &Driver{}

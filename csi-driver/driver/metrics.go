@@ -3,7 +3,7 @@ package driver
 import (
 	"k8s.io/component-base/metrics"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // Orphan kinds, the values of diskfit_orphans_removed_total's kind label.

@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
-	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // PVCGetter reads PVCs with client-go.

@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
-	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 func status(free int64) *v1alpha1.DiskNodeStatus {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/driver"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"

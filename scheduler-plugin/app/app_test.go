@@ -20,8 +20,8 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
-	dfapi "github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
+	dfapi "github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 	"github.com/diskfit/diskfit/scheduler-plugin/diskfit"
 )

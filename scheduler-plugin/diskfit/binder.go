@@ -9,7 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )

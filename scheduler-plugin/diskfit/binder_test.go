@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 func TestDiskSelectedEvent(t *testing.T) {

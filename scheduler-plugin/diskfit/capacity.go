@@ -6,7 +6,7 @@ import (
 	storageinformers "k8s.io/client-go/informers/storage/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // diskfitCapacityBlind is the CSIDriver informer the embedded VolumeBinding

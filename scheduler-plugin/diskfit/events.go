@@ -13,8 +13,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/util"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 )
 

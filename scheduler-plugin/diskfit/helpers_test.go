@@ -29,9 +29,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
-	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 )
 

@@ -20,7 +20,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/utils/clock"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 )
 

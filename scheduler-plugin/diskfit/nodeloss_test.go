@@ -14,7 +14,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // TestReleaseVolumesOfDeletedNodes checks that a deleted Node, once it has

@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // OptOutKey, set to OptOutValue as a label or an annotation of a pod, or as

@@ -20,7 +20,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // The cluster of the mutation table: a diskfit class, another driver's

@@ -13,8 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // Node is one simulated node: its disks and its driver and provisioner processes.

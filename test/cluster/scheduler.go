@@ -9,7 +9,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // startScheduler runs diskfit-scheduler with the shipped configuration

@@ -8,7 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // The CRD schema is the last line of defence: a buggy or hostile node plugin

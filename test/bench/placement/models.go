@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 	diskfitplugin "github.com/diskfit/diskfit/scheduler-plugin/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"

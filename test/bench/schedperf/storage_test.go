@@ -27,9 +27,9 @@ import (
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
-	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/app"
 	diskfitplugin "github.com/diskfit/diskfit/scheduler-plugin/diskfit"
 	"github.com/diskfit/diskfit/test/cluster"

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/test/cluster"
 )
 

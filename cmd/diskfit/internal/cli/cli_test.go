@@ -12,7 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
-	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
 )
 
 // testNow is the clock of every test: fixtures are placed relative to it.

@@ -13,9 +13,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit/v1alpha1"
-	dffake "github.com/diskfit/diskfit/csi-driver/client/clientset/versioned/fake"
+	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 const keptHandle = "nvme0:pvc-kept"

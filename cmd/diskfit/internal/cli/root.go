@@ -11,7 +11,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/diskfit/diskfit/csi-driver/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
 )
 
 // Clients are the API clients and the namespace a command works with.

@@ -16,7 +16,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
-	"github.com/diskfit/diskfit/csi-driver/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit"
 	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
