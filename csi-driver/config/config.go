@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
@@ -108,7 +109,7 @@ func (c *NodeConfig) Validate() error {
 	var paths []resolvedPath
 	for i := range c.Disks {
 		d := &c.Disks[i]
-		if err := v1alpha1.ValidateDiskName(d.Name); err != nil {
+		if err := diskfit.ValidateDiskName(d.Name); err != nil {
 			errs = append(errs, fmt.Errorf("disks[%d]: %w", i, err))
 		}
 		if names[d.Name] {

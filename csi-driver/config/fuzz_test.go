@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
@@ -76,7 +77,7 @@ func checkInvariants(t *testing.T, cfg *NodeConfig) {
 	names, vgs := map[string]bool{}, map[string]bool{}
 	var paths []string
 	for _, d := range cfg.Disks {
-		if err := v1alpha1.ValidateDiskName(d.Name); err != nil {
+		if err := diskfit.ValidateDiskName(d.Name); err != nil {
 			t.Fatalf("disk name accepted: %v", err)
 		}
 		if strings.Contains(d.Name, "..") || strings.ContainsAny(d.Name, "/:\x00") {

@@ -17,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
-	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
@@ -335,7 +334,7 @@ func selectedDisk(annotations map[string]string, nodeID string) (string, error) 
 	case node != nodeID:
 		return "", status.Errorf(codes.InvalidArgument, "scheduled to node %s (disk %q), not to this node %s", node, diskName, nodeID)
 	}
-	if err := v1alpha1.ValidateDiskName(diskName); err != nil {
+	if err := diskfit.ValidateDiskName(diskName); err != nil {
 		return "", status.Errorf(codes.ResourceExhausted, "disk %q chosen for the volume does not exist on node %s: %v", diskName, nodeID, err)
 	}
 	return diskName, nil

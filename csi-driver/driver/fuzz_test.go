@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
-	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
@@ -50,7 +49,7 @@ func FuzzParseID(f *testing.F) {
 		if got := makeID(disk, key); got != id {
 			t.Fatalf("makeID(parseID(%q)) = %q", id, got)
 		}
-		if v1alpha1.ValidateDiskName(disk) != nil || !backend.ValidKey(key) {
+		if diskfit.ValidateDiskName(disk) != nil || !backend.ValidKey(key) {
 			t.Fatalf("parseID(%q) = %q, %q: not a disk name and key", id, disk, key)
 		}
 	})
@@ -67,7 +66,7 @@ func FuzzIDRoundTrip(f *testing.F) {
 	f.Add(strings.Repeat("z", 63), strings.Repeat("n", 128))
 	f.Add("d", "h-0123456789abcdef0123456789abcdef")
 	f.Fuzz(func(t *testing.T, disk, name string) {
-		if v1alpha1.ValidateDiskName(disk) != nil || checkName("volume", name) != nil {
+		if diskfit.ValidateDiskName(disk) != nil || checkName("volume", name) != nil {
 			return
 		}
 		key := backend.KeyForName(name)
@@ -116,7 +115,7 @@ func FuzzSelectedDisk(f *testing.F) {
 		if !withDisk || got != disk || node != testNode {
 			t.Fatalf("selectedDisk(node %q, disk %q) = %q", node, disk, got)
 		}
-		if err := v1alpha1.ValidateDiskName(got); err != nil {
+		if err := diskfit.ValidateDiskName(got); err != nil {
 			t.Fatalf("selectedDisk returned a malformed disk name: %v", err)
 		}
 	})

@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
@@ -20,7 +20,7 @@ const idSeparator = ":"
 const maxNameLength = 128
 
 // maxIDLength bounds IDs: disk name, separator and key.
-const maxIDLength = v1alpha1.MaxDiskNameLength + 1 + backend.MaxKeyLength
+const maxIDLength = diskfit.MaxDiskNameLength + 1 + backend.MaxKeyLength
 
 // makeID returns the ID of key on disk.
 func makeID(disk, key string) string { return disk + idSeparator + key }
@@ -39,7 +39,7 @@ func parseID(kind, id string) (disk, key string, err error) {
 		return "", "", status.Errorf(codes.InvalidArgument, "%s ID %q contains NUL, '/' or '..'", kind, id)
 	}
 	disk, key, ok := strings.Cut(id, idSeparator)
-	if !ok || v1alpha1.ValidateDiskName(disk) != nil || !backend.ValidKey(key) {
+	if !ok || diskfit.ValidateDiskName(disk) != nil || !backend.ValidKey(key) {
 		return "", "", status.Errorf(codes.NotFound, "%s %q does not exist: not an ID of this driver", kind, id)
 	}
 	return disk, key, nil

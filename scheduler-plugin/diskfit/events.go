@@ -15,7 +15,6 @@ import (
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
-	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 )
 
 // EventsToRegister returns VolumeBinding's events, narrowed where they
@@ -163,7 +162,7 @@ func (pl *DiskFit) isSchedulableAfterPVDelete(logger klog.Logger, pod *v1.Pod, o
 	if !ok {
 		return fwk.Queue, fmt.Errorf("unexpected PV object %T", oldObj)
 	}
-	if _, ours := ledger.PVLocation(pv); !ours {
+	if _, ours := diskfit.PVLocation(pv); !ours {
 		return fwk.QueueSkip, nil
 	}
 	pl.ledger.DeletePV(pv.Name)
@@ -207,7 +206,7 @@ func (pl *DiskFit) pvcUpdateHint(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 			return fwk.QueueSkip, nil
 		}
 		_, wasPlaced := pl.ledger.CountedPVCLocation(oldPVC)
-		_, isPlaced := ledger.PVCLocation(newPVC)
+		_, isPlaced := diskfit.PVCLocation(newPVC)
 		if wasPlaced && !isPlaced && newPVC.Spec.VolumeName == "" {
 			pl.ledger.SetPVC(newPVC)
 			logger.V(5).Info("PVC released its disk, which may make the pod schedulable", "pod", klog.KObj(pod), "pvc", klog.KObj(newPVC))

@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
-	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 )
 
 // A local volume dies with its node. When a Node is deleted (the machine is
@@ -144,7 +143,7 @@ func (pl *DiskFit) releaseLostVolumes(ctx context.Context, client kubernetes.Int
 	// The opted-in volumes of nodes missing from the cache, by node.
 	lost := map[string][]*v1.PersistentVolume{}
 	for _, pv := range pvs {
-		loc, ok := ledger.PVLocation(pv)
+		loc, ok := diskfit.PVLocation(pv)
 		if !ok {
 			continue
 		}
@@ -194,7 +193,7 @@ func (pl *DiskFit) releaseLostVolumes(ctx context.Context, client kubernetes.Int
 				continue
 			}
 			if released {
-				loc, _ := ledger.PVLocation(pv)
+				loc, _ := diskfit.PVLocation(pv)
 				logger.Info("Released a volume of a deleted node", "node", name, "disk", loc.Disk, "pv", pv.Name,
 					"pvc", klog.KRef(pv.Spec.ClaimRef.Namespace, pv.Spec.ClaimRef.Name))
 			}

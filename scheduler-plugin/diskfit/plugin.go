@@ -324,7 +324,7 @@ func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
 		DeleteFunc: func(obj interface{}) {
 			if pv, ok := tombstone[*v1.PersistentVolume](obj); ok {
 				pl.ledger.DeletePV(pv.Name)
-				if _, ours := ledger.PVLocation(pv); ours {
+				if _, ours := diskfit.PVLocation(pv); ours {
 					pl.spaceFreed(klog.Background(), "PV deleted")
 				}
 			}

@@ -26,7 +26,6 @@ import (
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
-	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
@@ -336,7 +335,7 @@ func TestReserveNeverDoubleBooks(t *testing.T) {
 
 func TestLedgerFollowsInformers(t *testing.T) {
 	env := newTestEnv(t, nil, []runtime.Object{node("n1")}, diskNode("n1", freeDisk("d0", 10*gi)))
-	loc := ledger.Location{Node: "n1", Disk: "d0"}
+	loc := diskfit.Location{Node: "n1", Disk: "d0"}
 	pvc := makePVC("a", diskfitClass, 3*gi).placed("n1", "d0").PersistentVolumeClaim
 	if _, err := env.client.CoreV1().PersistentVolumeClaims("ns").Create(env.ctx, pvc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -196,7 +196,7 @@ func (pl *DiskFit) claimFor(pvc *v1.PersistentVolumeClaim) (packing.Claim, error
 	if pvc.Spec.VolumeName != "" {
 		return packing.Claim{}, errNotDiskFit
 	}
-	if _, placed := ledger.PVCLocation(pvc); placed {
+	if _, placed := diskfit.PVCLocation(pvc); placed {
 		return packing.Claim{}, errNotDiskFit
 	}
 	className := storagehelpers.GetPersistentVolumeClaimClass(pvc)

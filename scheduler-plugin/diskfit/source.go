@@ -6,13 +6,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
-	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 )
 
 // A claim that restores a VolumeSnapshot or clones another PVC is a reflink
@@ -40,7 +38,7 @@ const sourceTimeout = 5 * time.Second
 // sourceLocation returns where the data a claim copies lives. ok is false
 // for claims without a data source and for sources that are not
 // diskfit's to place (volume populators).
-func (pl *DiskFit) sourceLocation(ctx context.Context, pvc *v1.PersistentVolumeClaim) (loc ledger.Location, ok bool, err error) {
+func (pl *DiskFit) sourceLocation(ctx context.Context, pvc *v1.PersistentVolumeClaim) (loc diskfit.Location, ok bool, err error) {
 	group, kind, name := dataSource(pvc)
 	switch {
 	case group == "" && kind == "PersistentVolumeClaim":
@@ -48,10 +46,10 @@ func (pl *DiskFit) sourceLocation(ctx context.Context, pvc *v1.PersistentVolumeC
 	case group == snapshotGroup && kind == "VolumeSnapshot":
 		loc, err = pl.snapshotLocation(ctx, pvc.Namespace, name)
 	default:
-		return ledger.Location{}, false, nil
+		return diskfit.Location{}, false, nil
 	}
 	if err != nil {
-		return ledger.Location{}, false, fmt.Errorf("PVC %s/%s copies %s %s: %w", pvc.Namespace, pvc.Name, kind, name, err)
+		return diskfit.Location{}, false, fmt.Errorf("PVC %s/%s copies %s %s: %w", pvc.Namespace, pvc.Name, kind, name, err)
 	}
 	return loc, true, nil
 }
@@ -75,21 +73,21 @@ func dataSource(pvc *v1.PersistentVolumeClaim) (group, kind, name string) {
 }
 
 // claimLocation is where the bound diskfit PVC namespace/name lives.
-func (pl *DiskFit) claimLocation(namespace, name string) (ledger.Location, error) {
+func (pl *DiskFit) claimLocation(namespace, name string) (diskfit.Location, error) {
 	src, err := pl.getPVC(namespace, name)
 	if err != nil {
-		return ledger.Location{}, err
+		return diskfit.Location{}, err
 	}
 	if src.Spec.VolumeName == "" {
-		return ledger.Location{}, fmt.Errorf("the source is not bound yet")
+		return diskfit.Location{}, fmt.Errorf("the source is not bound yet")
 	}
 	pv, err := pl.pvLister.Get(src.Spec.VolumeName)
 	if err != nil {
-		return ledger.Location{}, err
+		return diskfit.Location{}, err
 	}
-	loc, ok := ledger.PVLocation(pv)
+	loc, ok := diskfit.PVLocation(pv)
 	if !ok {
-		return ledger.Location{}, fmt.Errorf("the source's volume %s is not a diskfit volume", pv.Name)
+		return diskfit.Location{}, fmt.Errorf("the source's volume %s is not a diskfit volume", pv.Name)
 	}
 	return loc, nil
 }
@@ -97,32 +95,32 @@ func (pl *DiskFit) claimLocation(namespace, name string) (ledger.Location, error
 // snapshotLocation is where the VolumeSnapshot namespace/name lives: the
 // disk in its snapshot handle ("<disk>:<key>", like volume IDs) and the
 // node snapshot-controller labelled its content with.
-func (pl *DiskFit) snapshotLocation(ctx context.Context, namespace, name string) (ledger.Location, error) {
+func (pl *DiskFit) snapshotLocation(ctx context.Context, namespace, name string) (diskfit.Location, error) {
 	if pl.snapshots == nil {
-		return ledger.Location{}, fmt.Errorf("the scheduler has no client for VolumeSnapshots")
+		return diskfit.Location{}, fmt.Errorf("the scheduler has no client for VolumeSnapshots")
 	}
 	ctx, cancel := context.WithTimeout(ctx, sourceTimeout)
 	defer cancel()
 	snap, err := pl.snapshots.Resource(volumeSnapshots).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return ledger.Location{}, err
+		return diskfit.Location{}, err
 	}
 	contentName, _, _ := unstructured.NestedString(snap.Object, "status", "boundVolumeSnapshotContentName")
 	if contentName == "" {
-		return ledger.Location{}, fmt.Errorf("the snapshot has no content yet")
+		return diskfit.Location{}, fmt.Errorf("the snapshot has no content yet")
 	}
 	content, err := pl.snapshots.Resource(volumeSnapshotContent).Get(ctx, contentName, metav1.GetOptions{})
 	if err != nil {
-		return ledger.Location{}, err
+		return diskfit.Location{}, err
 	}
 	handle, _, _ := unstructured.NestedString(content.Object, "status", "snapshotHandle")
 	disk, _, found := strings.Cut(handle, ":")
-	if !found || v1alpha1.ValidateDiskName(disk) != nil {
-		return ledger.Location{}, fmt.Errorf("VolumeSnapshotContent %s has no diskfit snapshot handle yet (%q)", contentName, handle)
+	if !found || diskfit.ValidateDiskName(disk) != nil {
+		return diskfit.Location{}, fmt.Errorf("VolumeSnapshotContent %s has no diskfit snapshot handle yet (%q)", contentName, handle)
 	}
 	node := content.GetLabels()[snapshotManagedByLabel]
 	if node == "" {
-		return ledger.Location{}, fmt.Errorf("VolumeSnapshotContent %s has no %s label: snapshot-controller must run with --enable-distributed-snapshotting", contentName, snapshotManagedByLabel)
+		return diskfit.Location{}, fmt.Errorf("VolumeSnapshotContent %s has no %s label: snapshot-controller must run with --enable-distributed-snapshotting", contentName, snapshotManagedByLabel)
 	}
-	return ledger.Location{Node: node, Disk: disk}, nil
+	return diskfit.Location{Node: node, Disk: disk}, nil
 }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
-	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 )
 
 // forgedClaims are PVCs a tenant can create in their own namespace, each
@@ -42,7 +41,7 @@ func forgedClaims() []runtime.Object {
 func TestForgedClaimsDoNotFillDisks(t *testing.T) {
 	objs := append(forgedClaims(), makePVC("a", diskfitClass, 3*gi).PersistentVolumeClaim, node("n1"))
 	env := newTestEnv(t, nil, objs, diskNode("n1", freeDisk("d0", 4*gi)))
-	loc := ledger.Location{Node: "n1", Disk: "d0"}
+	loc := diskfit.Location{Node: "n1", Disk: "d0"}
 	if used := env.pl.ledger.Used(loc); used != 0 {
 		t.Errorf("forged claims book %d bytes on n1/d0, want 0", used)
 	}

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
-	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // FuzzPVCLocation checks PVCLocation and ClaimSize on arbitrary
@@ -44,7 +43,7 @@ func FuzzPVCLocation(f *testing.F) {
 		}
 		q := *resource.NewScaledQuantity(mantissa, resource.Scale(scale))
 		c.Spec.Resources.Requests[v1.ResourceStorage] = q
-		loc, ok := PVCLocation(c)
+		loc, ok := diskfit.PVCLocation(c)
 		if ok {
 			if volumeName != "" || !hasNode || node == "" || !hasDisk {
 				t.Fatalf("PVCLocation placed %+v: node %q (%v), disk %q (%v), volume %q", loc, node, hasNode, disk, hasDisk, volumeName)
@@ -52,10 +51,10 @@ func FuzzPVCLocation(f *testing.F) {
 			if loc.Node != node || loc.Disk != disk {
 				t.Fatalf("PVCLocation = %+v, want %s/%s", loc, node, disk)
 			}
-			if err := v1alpha1.ValidateDiskName(loc.Disk); err != nil {
+			if err := diskfit.ValidateDiskName(loc.Disk); err != nil {
 				t.Fatalf("PVCLocation accepted a malformed disk name: %v", err)
 			}
-		} else if loc != (Location{}) {
+		} else if loc != (diskfit.Location{}) {
 			t.Fatalf("PVCLocation returned %+v with false", loc)
 		}
 		size := ClaimSize(c)
@@ -102,9 +101,9 @@ func FuzzPVLocation(f *testing.F) {
 				expr.Values = append(expr.Values, node)
 			}
 		}
-		loc, ok := PVLocation(p)
+		loc, ok := diskfit.PVLocation(p)
 		if !ok {
-			if loc != (Location{}) {
+			if loc != (diskfit.Location{}) {
 				t.Fatalf("PVLocation returned %+v with false", loc)
 			}
 			New().SetPV(p)
@@ -116,7 +115,7 @@ func FuzzPVLocation(f *testing.F) {
 		if key != diskfit.TopologyKey || op != string(v1.NodeSelectorOpIn) || len(expr.Values) != 1 {
 			t.Fatalf("PVLocation = %+v from %s %s %v", loc, key, op, expr.Values)
 		}
-		if err := v1alpha1.ValidateDiskName(loc.Disk); err != nil {
+		if err := diskfit.ValidateDiskName(loc.Disk); err != nil {
 			t.Fatalf("PVLocation accepted a malformed disk name: %v", err)
 		}
 		New().SetPV(p)

@@ -51,15 +51,9 @@ import (
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
-// Location is where a volume lives or will live.
-type Location struct {
-	Node string
-	Disk string
-}
-
 // usage is one claim's space on one disk.
 type usage struct {
-	loc   Location
+	loc   diskfit.Location
 	bytes int64
 }
 
@@ -368,36 +362,6 @@ func newerVersion(a, b string) bool {
 	return err1 != nil || err2 != nil || ai > bi
 }
 
-// PVLocation returns where a diskfit PV lives, and false for PVs of other
-// drivers or without a well-formed disk name (one that no DiskNode can
-// hold counts against nothing).
-func PVLocation(pv *v1.PersistentVolume) (Location, bool) {
-	csi := pv.Spec.CSI
-	if csi == nil || csi.Driver != diskfit.DriverName {
-		return Location{}, false
-	}
-	disk := csi.VolumeAttributes[diskfit.VolumeContextDiskKey]
-	if v1alpha1.ValidateDiskName(disk) != nil {
-		return Location{}, false
-	}
-	node := ""
-	if na := pv.Spec.NodeAffinity; na != nil && na.Required != nil {
-	terms:
-		for _, term := range na.Required.NodeSelectorTerms {
-			for _, expr := range term.MatchExpressions {
-				if expr.Key == diskfit.TopologyKey && expr.Operator == v1.NodeSelectorOpIn && len(expr.Values) == 1 {
-					node = expr.Values[0]
-					break terms
-				}
-			}
-		}
-	}
-	if node == "" {
-		return Location{}, false
-	}
-	return Location{Node: node, Disk: disk}, true
-}
-
 func pvKey(pv *v1.PersistentVolume) string {
 	if ref := pv.Spec.ClaimRef; ref != nil && ref.UID != "" {
 		return string(ref.UID)
@@ -407,7 +371,7 @@ func pvKey(pv *v1.PersistentVolume) string {
 
 // SetPV records a PV. PVs of other drivers are ignored.
 func (l *Ledger) SetPV(pv *v1.PersistentVolume) {
-	loc, ok := PVLocation(pv)
+	loc, ok := diskfit.PVLocation(pv)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := pvKey(pv)
@@ -438,25 +402,6 @@ func (l *Ledger) DeletePV(name string) {
 	l.setSource(key, sourcePV, usage{}, false)
 }
 
-// PVCLocation returns the node and disk an unbound PVC has been placed on
-// by the scheduler, and false when it has not (or no longer) been: a PVC
-// whose selected-node was removed does not count, whatever its stale disk
-// annotation says. Neither does a disk annotation that is not a well-formed
-// disk name (DiskNamePattern): it names no disk, so the claim is placed
-// again and AssumePodVolumes overwrites the annotation, where counting it
-// as placed would leave it to the driver to refuse.
-func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
-	if pvc.Spec.VolumeName != "" {
-		return Location{}, false
-	}
-	node := pvc.Annotations[diskfit.SelectedNodeAnnotation]
-	disk := pvc.Annotations[diskfit.SelectedDiskAnnotation]
-	if node == "" || v1alpha1.ValidateDiskName(disk) != nil {
-		return Location{}, false
-	}
-	return Location{Node: node, Disk: disk}, true
-}
-
 // ClaimSize is the number of bytes a PVC's volume will take on its disk:
 // the request as the driver rounds it (diskfit.VolumeBytes). A request
 // beyond int64 (1e100 is a valid quantity, whose Value is 0) is MaxInt64,
@@ -485,7 +430,7 @@ var maxInt64Quantity = *resource.NewQuantity(math.MaxInt64, resource.BinarySI)
 // legacy annotation volume.beta.kubernetes.io/storage-class first, then
 // spec.storageClassName); a claim without one never counts.
 func (l *Ledger) SetPVC(pvc *v1.PersistentVolumeClaim) {
-	loc, ok := PVCLocation(pvc)
+	loc, ok := diskfit.PVCLocation(pvc)
 	class := storagehelpers.GetPersistentVolumeClaimClass(pvc)
 	u := usage{loc: loc, bytes: ClaimSize(pvc)}
 	key := string(pvc.UID)
@@ -497,15 +442,15 @@ func (l *Ledger) SetPVC(pvc *v1.PersistentVolumeClaim) {
 
 // CountedPVCLocation is PVCLocation for a PVC the ledger counts: one whose
 // StorageClass is, as far as the ledger knows, the diskfit driver's.
-func (l *Ledger) CountedPVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
-	loc, ok := PVCLocation(pvc)
+func (l *Ledger) CountedPVCLocation(pvc *v1.PersistentVolumeClaim) (diskfit.Location, bool) {
+	loc, ok := diskfit.PVCLocation(pvc)
 	if !ok {
-		return Location{}, false
+		return diskfit.Location{}, false
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if !l.isDiskFitClass(storagehelpers.GetPersistentVolumeClaimClass(pvc)) {
-		return Location{}, false
+		return diskfit.Location{}, false
 	}
 	return loc, true
 }
@@ -662,7 +607,7 @@ func (l *Ledger) Reserve(pod types.UID, node string, claims []packing.Claim, opt
 		chosen[i] = d.Name
 		e := l.entry(c.Key)
 		e.has[sourceReservation] = true
-		e.usage[sourceReservation] = usage{loc: Location{Node: node, Disk: chosen[i]}, bytes: c.Size}
+		e.usage[sourceReservation] = usage{loc: diskfit.Location{Node: node, Disk: chosen[i]}, bytes: c.Size}
 		e.pod = pod
 		// Claims of the pod on the same disk each see what the earlier
 		// ones left.
@@ -733,7 +678,7 @@ func (l *Ledger) Reservations() int {
 
 // Used returns the bytes the ledger counts on a disk, for tests and
 // debugging.
-func (l *Ledger) Used(loc Location) int64 {
+func (l *Ledger) Used(loc diskfit.Location) int64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	n := l.nodes[loc.Node]

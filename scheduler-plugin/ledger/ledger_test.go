@@ -293,12 +293,12 @@ func TestLedgerReserve(t *testing.T) {
 		if l.Reservations() != 0 {
 			t.Errorf("reservation kept after the PVC showed it")
 		}
-		if got := l.Used(Location{Node: "n1", Disk: disks[0]}); got != 3*gi {
+		if got := l.Used(diskfit.Location{Node: "n1", Disk: disks[0]}); got != 3*gi {
 			t.Errorf("used = %d Gi, want 3 Gi", got/gi)
 		}
 		// A late Unreserve must not release the PVC's space.
 		l.Unreserve("pod1")
-		if got := l.Used(Location{Node: "n1", Disk: disks[0]}); got != 3*gi {
+		if got := l.Used(diskfit.Location{Node: "n1", Disk: disks[0]}); got != 3*gi {
 			t.Errorf("used after late Unreserve = %d Gi, want 3 Gi", got/gi)
 		}
 	})
@@ -420,7 +420,7 @@ func TestLedgerConcurrentReserve(t *testing.T) {
 		t.Errorf("placements per disk %v, want exactly 5 on each", perDisk)
 	}
 	for _, d := range []string{"d0", "d1"} {
-		if used := l.Used(Location{Node: "n1", Disk: d}); used != 5*gi {
+		if used := l.Used(diskfit.Location{Node: "n1", Disk: d}); used != 5*gi {
 			t.Errorf("%s used %d Gi, want 5", d, used/gi)
 		}
 		if free := freeOf(t, l, "n1", d); free != 0 {
@@ -434,17 +434,17 @@ func TestLedgerConcurrentReserve(t *testing.T) {
 // against a disk that does not exist (found by FuzzPVCLocation).
 func TestLocationsNeedWellFormedDisk(t *testing.T) {
 	for _, disk := range []string{"", "../x", "NVMe0", "a..b", "a/b", "nvme0\x00"} {
-		if loc, ok := PVCLocation(pvc("u", gi, "node-a", disk)); ok {
+		if loc, ok := diskfit.PVCLocation(pvc("u", gi, "node-a", disk)); ok {
 			t.Errorf("PVCLocation with disk %q = %+v, want not placed", disk, loc)
 		}
-		if loc, ok := PVLocation(pv("pv", "node-a", disk, gi, "u")); ok {
+		if loc, ok := diskfit.PVLocation(pv("pv", "node-a", disk, gi, "u")); ok {
 			t.Errorf("PVLocation with disk %q = %+v, want none", disk, loc)
 		}
 	}
-	if loc, ok := PVCLocation(pvc("u", gi, "node-a", "nvme0")); !ok || loc != (Location{Node: "node-a", Disk: "nvme0"}) {
+	if loc, ok := diskfit.PVCLocation(pvc("u", gi, "node-a", "nvme0")); !ok || loc != (diskfit.Location{Node: "node-a", Disk: "nvme0"}) {
 		t.Errorf("PVCLocation = %+v, %v, want node-a/nvme0", loc, ok)
 	}
-	if loc, ok := PVLocation(pv("pv", "node-a", "ssd.1", gi, "u")); !ok || loc != (Location{Node: "node-a", Disk: "ssd.1"}) {
+	if loc, ok := diskfit.PVLocation(pv("pv", "node-a", "ssd.1", gi, "u")); !ok || loc != (diskfit.Location{Node: "node-a", Disk: "ssd.1"}) {
 		t.Errorf("PVLocation = %+v, %v, want node-a/ssd.1", loc, ok)
 	}
 }

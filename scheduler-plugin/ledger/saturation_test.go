@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -53,7 +54,7 @@ func TestLedgerTotalsDoNotWrap(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newTestLedger()
-			loc := Location{Node: "n1", Disk: "d1"}
+			loc := diskfit.Location{Node: "n1", Disk: "d1"}
 			for _, c := range tc.claims {
 				l.SetPVC(c)
 				if used := l.Used(loc); used < 0 {

@@ -89,7 +89,7 @@ func TestForgedClaimsBookNothing(t *testing.T) {
 // while claims naming it exist: the ledger re-evaluates those claims.
 func TestClaimsFollowTheirStorageClass(t *testing.T) {
 	size := *resource.NewQuantity(6*gi, resource.BinarySI)
-	loc := Location{Node: "n1", Disk: "d1"}
+	loc := diskfit.Location{Node: "n1", Disk: "d1"}
 
 	t.Run("class created later with the diskfit provisioner: the claim starts counting", func(t *testing.T) {
 		l := knownClasses()
@@ -176,14 +176,14 @@ func TestClaimsFollowTheirStorageClass(t *testing.T) {
 		if l.Reservations() != 1 {
 			t.Fatalf("reservation dropped for a claim the ledger does not count")
 		}
-		if got := l.Used(Location{Node: "n1", Disk: disks[0]}); got != 6*gi {
+		if got := l.Used(diskfit.Location{Node: "n1", Disk: disks[0]}); got != 6*gi {
 			t.Fatalf("used = %d, want 6Gi (the reservation)", got)
 		}
 		l.SetStorageClass(storageClass("late", diskfit.DriverName))
 		if l.Reservations() != 0 {
 			t.Errorf("reservation kept once the claim counts")
 		}
-		if got := l.Used(Location{Node: "n1", Disk: disks[0]}); got != 6*gi {
+		if got := l.Used(diskfit.Location{Node: "n1", Disk: disks[0]}); got != 6*gi {
 			t.Fatalf("used = %d, want 6Gi (the claim, once)", got)
 		}
 	})

@@ -1,40 +1,10 @@
 package v1alpha1
 
 import (
-	"fmt"
-	"regexp"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
-
-// DiskNamePattern is the syntax of a disk name. The CRD schema enforces the
-// same pattern (checked by a test), so a name that passes ValidateDiskName
-// can always be published.
-const DiskNamePattern = `^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`
-
-// MaxDiskNameLength bounds a disk name; disk names end up in volume IDs.
-const MaxDiskNameLength = 63
-
-var diskNameRE = regexp.MustCompile(DiskNamePattern)
-
-// ValidateDiskName returns an error when name cannot name a disk. Besides
-// DiskNamePattern it refuses "..": the driver rejects every volume ID
-// containing "..", so a disk named "a..b" would issue IDs it then refuses.
-func ValidateDiskName(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("disk name is empty")
-	case len(name) > MaxDiskNameLength:
-		return fmt.Errorf("disk name %.20q... is longer than %d characters", name, MaxDiskNameLength)
-	case !diskNameRE.MatchString(name):
-		return fmt.Errorf("disk name %q must be lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
-	case strings.Contains(name, ".."):
-		return fmt.Errorf("disk name %q must not contain \"..\"", name)
-	}
-	return nil
-}
 
 // Disk returns the status of the named disk, or nil.
 func (s *DiskNodeStatus) Disk(name string) *DiskStatus {

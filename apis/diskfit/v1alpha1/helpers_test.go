@@ -6,48 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
 const gi = int64(1) << 30
-
-func TestValidateDiskName(t *testing.T) {
-	tests := []struct {
-		name    string
-		disk    string
-		wantErr string
-	}{
-		{name: "simple", disk: "nvme0"},
-		{name: "dots dashes underscores", disk: "ssd-1.a_b"},
-		{name: "single character", disk: "a"},
-		{name: "longest allowed", disk: strings.Repeat("a", MaxDiskNameLength)},
-		{name: "empty", disk: "", wantErr: "empty"},
-		{name: "too long", disk: strings.Repeat("a", MaxDiskNameLength+1), wantErr: "longer than"},
-		{name: "upper case", disk: "NVMe0", wantErr: "lower-case"},
-		{name: "slash", disk: "a/b", wantErr: "lower-case"},
-		{name: "dot dot", disk: "..", wantErr: "lower-case"},
-		// Its volume IDs would contain ".." and be refused (found by FuzzIDRoundTrip).
-		{name: "dot dot inside", disk: "a..b", wantErr: `must not contain ".."`},
-		{name: "single dots", disk: "a.b.c"},
-		{name: "leading dash", disk: "-a", wantErr: "lower-case"},
-		{name: "trailing dot", disk: "a.", wantErr: "lower-case"},
-		{name: "NUL", disk: "a\x00b", wantErr: "lower-case"},
-		{name: "space", disk: "a b", wantErr: "lower-case"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := ValidateDiskName(tt.disk)
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("ValidateDiskName(%q) = %v, want nil", tt.disk, err)
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Fatalf("ValidateDiskName(%q) = %v, want error containing %q", tt.disk, err, tt.wantErr)
-			}
-		})
-	}
-}
 
 func TestDisk(t *testing.T) {
 	s := DiskNodeStatus{Disks: []DiskStatus{{Name: "a"}, {Name: "b", FreeBytes: 7}}}
@@ -158,7 +123,7 @@ func TestUsable(t *testing.T) {
 	}
 }
 
-// The CRD schema and ValidateDiskName must agree, or the driver could accept
+// The CRD schema and diskfit.ValidateDiskName must agree, or the driver could accept
 // a disk name in its config that the API server then refuses to publish.
 func TestCRDSchemaMatchesGoRules(t *testing.T) {
 	raw, err := os.ReadFile("../../../manifests/base/crd/diskfit.io_disknodes.yaml")
@@ -187,11 +152,11 @@ func TestCRDSchemaMatchesGoRules(t *testing.T) {
 		t.Errorf("disks list map keys = %v, want [name]", got)
 	}
 	name := disks.Items.Schema.Properties["name"]
-	if name.Pattern != DiskNamePattern {
-		t.Errorf("CRD disk name pattern = %q, Go pattern = %q", name.Pattern, DiskNamePattern)
+	if name.Pattern != diskfit.DiskNamePattern {
+		t.Errorf("CRD disk name pattern = %q, Go pattern = %q", name.Pattern, diskfit.DiskNamePattern)
 	}
-	if name.MaxLength == nil || *name.MaxLength != MaxDiskNameLength {
-		t.Errorf("CRD disk name maxLength = %v, want %d", name.MaxLength, MaxDiskNameLength)
+	if name.MaxLength == nil || *name.MaxLength != diskfit.MaxDiskNameLength {
+		t.Errorf("CRD disk name maxLength = %v, want %d", name.MaxLength, diskfit.MaxDiskNameLength)
 	}
 	for _, field := range []string{"capacityBytes", "freeBytes"} {
 		if min := disks.Items.Schema.Properties[field].Minimum; min == nil || *min != 0 {

@@ -182,21 +182,21 @@ func (p *plannedReplica) addPin(node, claim string) {
 // for a bound diskfit volume or a claim the scheduler has placed. A PVC
 // bound to another driver's volume gets a reason and is not diskfit's to
 // place; neither placed nor a reason means it still waits for a disk.
-func (cl *clusterState) existingLocation(pvc *corev1.PersistentVolumeClaim) (loc ledger.Location, placed bool, reason string) {
+func (cl *clusterState) existingLocation(pvc *corev1.PersistentVolumeClaim) (loc diskfit.Location, placed bool, reason string) {
 	if pvc.Spec.VolumeName != "" {
 		pv := cl.pvs[pvc.Spec.VolumeName]
 		if pv == nil {
-			return ledger.Location{}, false, fmt.Sprintf("bound to PV %s, which does not exist", pvc.Spec.VolumeName)
+			return diskfit.Location{}, false, fmt.Sprintf("bound to PV %s, which does not exist", pvc.Spec.VolumeName)
 		}
-		if loc, ok := ledger.PVLocation(pv); ok {
+		if loc, ok := diskfit.PVLocation(pv); ok {
 			return loc, true, ""
 		}
-		return ledger.Location{}, false, fmt.Sprintf("bound to PV %s, not a diskfit volume", pv.Name)
+		return diskfit.Location{}, false, fmt.Sprintf("bound to PV %s, not a diskfit volume", pv.Name)
 	}
-	if loc, ok := ledger.PVCLocation(pvc); ok {
+	if loc, ok := diskfit.PVCLocation(pvc); ok {
 		return loc, true, ""
 	}
-	return ledger.Location{}, false, ""
+	return diskfit.Location{}, false, ""
 }
 
 // storageClass returns a new claim's StorageClass (the default class when

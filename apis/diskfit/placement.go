@@ -1,0 +1,91 @@
+package diskfit
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// DiskNamePattern is the syntax of a disk name. The CRD schema enforces the
+// same pattern (checked by a test), so a name that passes ValidateDiskName
+// can always be published.
+const DiskNamePattern = `^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`
+
+// MaxDiskNameLength bounds a disk name; disk names end up in volume IDs.
+const MaxDiskNameLength = 63
+
+var diskNameRE = regexp.MustCompile(DiskNamePattern)
+
+// ValidateDiskName returns an error when name cannot name a disk. Besides
+// DiskNamePattern it refuses "..": the driver rejects every volume ID
+// containing "..", so a disk named "a..b" would issue IDs it then refuses.
+func ValidateDiskName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("disk name is empty")
+	case len(name) > MaxDiskNameLength:
+		return fmt.Errorf("disk name %.20q... is longer than %d characters", name, MaxDiskNameLength)
+	case !diskNameRE.MatchString(name):
+		return fmt.Errorf("disk name %q must be lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit", name)
+	case strings.Contains(name, ".."):
+		return fmt.Errorf("disk name %q must not contain \"..\"", name)
+	}
+	return nil
+}
+
+// Location is where a volume lives or will live.
+type Location struct {
+	Node string
+	Disk string
+}
+
+// PVLocation returns where a diskfit PV lives, and false for PVs of other
+// drivers or without a well-formed disk name (one that no DiskNode can
+// hold counts against nothing).
+func PVLocation(pv *v1.PersistentVolume) (Location, bool) {
+	csi := pv.Spec.CSI
+	if csi == nil || csi.Driver != DriverName {
+		return Location{}, false
+	}
+	disk := csi.VolumeAttributes[VolumeContextDiskKey]
+	if ValidateDiskName(disk) != nil {
+		return Location{}, false
+	}
+	node := ""
+	if na := pv.Spec.NodeAffinity; na != nil && na.Required != nil {
+	terms:
+		for _, term := range na.Required.NodeSelectorTerms {
+			for _, expr := range term.MatchExpressions {
+				if expr.Key == TopologyKey && expr.Operator == v1.NodeSelectorOpIn && len(expr.Values) == 1 {
+					node = expr.Values[0]
+					break terms
+				}
+			}
+		}
+	}
+	if node == "" {
+		return Location{}, false
+	}
+	return Location{Node: node, Disk: disk}, true
+}
+
+// PVCLocation returns the node and disk an unbound PVC has been placed on
+// by the scheduler, and false when it has not (or no longer) been: a PVC
+// whose selected-node was removed does not count, whatever its stale disk
+// annotation says. Neither does a disk annotation that is not a well-formed
+// disk name (DiskNamePattern): it names no disk, so the claim is placed
+// again and AssumePodVolumes overwrites the annotation, where counting it
+// as placed would leave it to the driver to refuse.
+func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
+	if pvc.Spec.VolumeName != "" {
+		return Location{}, false
+	}
+	node := pvc.Annotations[SelectedNodeAnnotation]
+	disk := pvc.Annotations[SelectedDiskAnnotation]
+	if node == "" || ValidateDiskName(disk) != nil {
+		return Location{}, false
+	}
+	return Location{Node: node, Disk: disk}, true
+}
