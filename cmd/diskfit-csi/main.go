@@ -76,6 +76,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating DiskNode client: %w", err)
 	}
+	diskNode := kube.DiskNodePublisher{Kube: kc, DiskFit: dc, NodeName: o.nodeID}
 	cfg := driver.Config{
 		Endpoint:          o.endpoint,
 		NodeID:            o.nodeID,
@@ -84,7 +85,8 @@ func run(ctx context.Context, o options) error {
 		MetricsAddress:    o.metricsAddress,
 		StatusInterval:    o.resync,
 		PVCs:              kube.PVCGetter{Client: kc},
-		Status:            kube.DiskNodePublisher{Kube: kc, DiskFit: dc, NodeName: o.nodeID},
+		Status:            diskNode,
+		Spec:              diskNode,
 		OrphanGracePeriod: o.orphanGrace,
 		Faults:            faults,
 	}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
@@ -233,10 +234,15 @@ func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource
 // is used exactly or not at all: if it cannot take the volume the answer is
 // ResourceExhausted, which makes external-provisioner drop selected-node so
 // the scheduler chooses again with fresh data. Without an annotation the
-// driver picks the best-fitting disk itself.
+// driver picks the best-fitting disk itself. Neither way places a volume
+// on a disk the DiskNode spec takes out of service.
 func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size int64, forced *disk) (*disk, error) {
 	class := params[diskfit.DeviceClassParameter]
 	annotated, err := d.annotatedDisk(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := d.spec(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +260,9 @@ func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size
 		if err := dk.health(ctx); err != nil {
 			return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s is unhealthy: %v", dk.name, d.cfg.NodeID, err)
 		}
+		if out, reason := spec.DiskUnschedulable(dk.name); out {
+			return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s is unschedulable (taken out of service in its DiskNode spec: %q)", dk.name, d.cfg.NodeID, reason)
+		}
 		if class != "" && dk.deviceClass != class {
 			return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s has device class %q, the StorageClass asks for %q", dk.name, d.cfg.NodeID, dk.deviceClass, class)
 		}
@@ -270,7 +279,7 @@ func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size
 	var bestFree, largest int64
 	largestName := ""
 	for _, dk := range d.disks {
-		if (class != "" && dk.deviceClass != class) || dk.health(ctx) != nil {
+		if out, _ := spec.DiskUnschedulable(dk.name); out || (class != "" && dk.deviceClass != class) || dk.health(ctx) != nil {
 			continue
 		}
 		u, err := dk.backend.Usage(ctx)
@@ -286,11 +295,24 @@ func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size
 	}
 	if best == nil {
 		if largestName == "" {
-			return nil, status.Errorf(codes.ResourceExhausted, "node %s has no healthy disk of device class %q", d.cfg.NodeID, class)
+			return nil, status.Errorf(codes.ResourceExhausted, "node %s has no healthy disk of device class %q in service", d.cfg.NodeID, class)
 		}
 		return nil, status.Errorf(codes.ResourceExhausted, "no disk on node %s can hold %d bytes: the largest free disk %s has %d bytes", d.cfg.NodeID, size, largestName, largest)
 	}
 	return best, nil
+}
+
+// spec reads which disks an admin took out of service. Without an answer
+// no volume is placed: a disk being emptied must not fill up again.
+func (d *Driver) spec(ctx context.Context) (*v1alpha1.DiskNodeSpec, error) {
+	if d.cfg.Spec == nil {
+		return &v1alpha1.DiskNodeSpec{}, nil
+	}
+	spec, err := d.cfg.Spec.Spec(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "reading DiskNode %s for disks out of service: %v", d.cfg.NodeID, err)
+	}
+	return spec, nil
 }
 
 // annotatedDisk returns the disk named by the PVC's annotation when the
@@ -579,7 +601,7 @@ func (d *Driver) ControllerListVolumeHealth(ctx context.Context, req *csi.Contro
 }
 
 // GetCapacity implements csi.ControllerServer: available_capacity is the
-// free space of all matching healthy disks together, maximum_volume_size
+// free space of all matching healthy disks in service together, maximum_volume_size
 // the largest single disk's, because a volume cannot span disks.
 func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	empty := &csi.GetCapacityResponse{MaximumVolumeSize: wrapperspb.Int64(0)}
@@ -593,10 +615,14 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 			return empty, nil
 		}
 	}
+	spec, err := d.spec(ctx)
+	if err != nil {
+		return nil, err
+	}
 	class := req.GetParameters()[diskfit.DeviceClassParameter]
 	var total, largest int64
 	for _, dk := range d.disks {
-		if (class != "" && dk.deviceClass != class) || dk.health(ctx) != nil {
+		if out, _ := spec.DiskUnschedulable(dk.name); out || (class != "" && dk.deviceClass != class) || dk.health(ctx) != nil {
 			continue
 		}
 		u, err := dk.backend.Usage(ctx)

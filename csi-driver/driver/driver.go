@@ -43,6 +43,12 @@ type PVCGetter interface {
 	GetPVC(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
 }
 
+// SpecReader reads what an admin asks of the node's disks: the DiskNode's
+// spec, empty when there is no DiskNode yet.
+type SpecReader interface {
+	Spec(ctx context.Context) (*v1alpha1.DiskNodeSpec, error)
+}
+
 // StatusPublisher publishes the node's DiskNode status.
 type StatusPublisher interface {
 	Publish(ctx context.Context, status *v1alpha1.DiskNodeStatus) error
@@ -67,6 +73,8 @@ type Config struct {
 	PVCs PVCGetter
 	// Status publishes the DiskNode; nil means nothing is published.
 	Status StatusPublisher
+	// Spec reads which disks an admin took out of service; nil means none is.
+	Spec SpecReader
 	// Orphans finds volumes and snapshots that no API object refers to;
 	// nil disables the orphan sweep, which also keeps track of the volumes
 	// without a PV that the DiskNode reports.

@@ -73,10 +73,12 @@ func newEnvContext(t testing.TB, ctx context.Context, disks []testDisk, faults *
 	e.kubelet = testdisk.KubeletDir(t)
 	e.kube = k8sfake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: types.UID("uid-" + testNode)}})
 	e.diskfit = dffake.NewSimpleClientset()
+	diskNode := kube.DiskNodePublisher{Kube: e.kube, DiskFit: e.diskfit, NodeName: testNode}
 	c := Config{
 		Endpoint: "unix:///unused", NodeID: testNode, Node: cfg, KubeletDir: e.kubelet, StatusInterval: time.Hour,
 		PVCs:   kube.PVCGetter{Client: e.kube},
-		Status: kube.DiskNodePublisher{Kube: e.kube, DiskFit: e.diskfit, NodeName: testNode},
+		Status: diskNode,
+		Spec:   diskNode,
 		Faults: faults,
 	}
 	d, err := New(c)

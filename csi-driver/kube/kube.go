@@ -46,11 +46,25 @@ func (p DiskNodePublisher) Publish(ctx context.Context, status *v1alpha1.DiskNod
 			return err
 		}
 		dn.Status = *status
+		dn.Status.CountUnschedulable(&dn.Spec)
 		if _, err := p.DiskFit.DiskfitV1alpha1().DiskNodes().UpdateStatus(ctx, dn, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("updating DiskNode %s status: %w", p.NodeName, err)
 		}
 		return nil
 	})
+}
+
+// Spec implements driver.SpecReader with a read from the API server, so a
+// disk taken out of service gets no new volume from the next request on.
+func (p DiskNodePublisher) Spec(ctx context.Context) (*v1alpha1.DiskNodeSpec, error) {
+	dn, err := p.DiskFit.DiskfitV1alpha1().DiskNodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return &v1alpha1.DiskNodeSpec{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &dn.Spec, nil
 }
 
 func (p DiskNodePublisher) create(ctx context.Context) (*v1alpha1.DiskNode, error) {

@@ -102,8 +102,8 @@ func (c *diskNodeConversions) convert(u *unstructured.Unstructured) (*v1alpha1.D
 }
 
 // isSchedulableAfterDiskNodeChange queues the pod when a node's disks may
-// hold more than before: a new DiskNode, a disk that is new, newly healthy,
-// freer or of another class, or a status that was stale and is fresh again.
+// hold more than before: a new DiskNode, a disk that is new, newly healthy
+// or back in service, freer or of another class, or a status that was stale and is fresh again.
 func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	oldDN, err := pl.toDiskNode(oldObj)
 	if err != nil {
@@ -132,23 +132,28 @@ func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.
 	return fwk.QueueSkip, nil
 }
 
-// moreRoom reports whether a healthy disk of newDN is new, newly healthy,
-// freer, larger or of another class than in oldDN. The ledger's room on a
-// disk is the smaller of its reported free space and its capacity less
-// what is placed on it, so either growing can make room. Capacity grows
-// alone when a report came between a volume's deletion and the
-// filesystem freeing its blocks in the background (XFS does), and a new
-// volume took the freed space meanwhile: the free space stays, the
-// capacity comes back. A capacity that only moves with filesystem
-// metadata costs at most a needless retry.
+// moreRoom reports whether a disk of newDN that takes new volumes (healthy,
+// not taken out of service by the spec) is new, newly open, freer, larger
+// or of another class than in oldDN. The ledger's room on a disk is the
+// smaller of its reported free space and its capacity less what is placed
+// on it, so either growing can make room. Capacity grows alone when a
+// report came between a volume's deletion and the filesystem freeing its
+// blocks in the background (XFS does), and a new volume took the freed
+// space meanwhile: the free space stays, the capacity comes back. A
+// capacity that only moves with filesystem metadata costs at most a
+// needless retry.
 func moreRoom(oldDN, newDN *v1alpha1.DiskNode) bool {
+	open := func(dn *v1alpha1.DiskNode, d *v1alpha1.DiskStatus) bool {
+		out, _ := dn.Spec.DiskUnschedulable(d.Name)
+		return d.Healthy && !out
+	}
 	for i := range newDN.Status.Disks {
 		n := &newDN.Status.Disks[i]
-		if !n.Healthy {
+		if !open(newDN, n) {
 			continue
 		}
 		o := oldDN.Status.Disk(n.Name)
-		if o == nil || !o.Healthy || n.FreeBytes > o.FreeBytes || n.CapacityBytes > o.CapacityBytes || n.DeviceClass != o.DeviceClass {
+		if o == nil || !open(oldDN, o) || n.FreeBytes > o.FreeBytes || n.CapacityBytes > o.CapacityBytes || n.DeviceClass != o.DeviceClass {
 			return true
 		}
 	}

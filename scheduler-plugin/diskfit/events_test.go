@@ -77,6 +77,7 @@ func TestDiskNodeHint(t *testing.T) {
 	staleDN.Status.ObservedTime = metav1.NewTime(testNow.Add(-time.Hour))
 	sick := base.DeepCopy()
 	sick.Status.Disks[0].Healthy = false
+	out := cordoned(base.DeepCopy(), "d0")
 	extra := base.DeepCopy()
 	extra.Status.Disks = append(extra.Status.Disks, v1alpha1.DiskStatus{Name: "d1", CapacityBytes: gi, FreeBytes: gi, Healthy: true})
 	tests := []struct {
@@ -97,6 +98,8 @@ func TestDiskNodeHint(t *testing.T) {
 		{"healthy again", sick, base, fwk.Queue},
 		{"new disk", base, extra, fwk.Queue},
 		{"disk became unhealthy", base, sick, fwk.QueueSkip},
+		{"back in service", out, base, fwk.Queue},
+		{"taken out of service", base, out, fwk.QueueSkip},
 	}
 	env := newTestEnv(t, nil, nil)
 	logger, _ := ktesting.NewTestContext(t)

@@ -84,6 +84,14 @@ func diskNode(nodeName string, disks ...diskSpec) *v1alpha1.DiskNode {
 }
 
 // freeDisk is an empty disk of the given size.
+// cordoned takes the named disks of dn out of service in its spec.
+func cordoned(dn *v1alpha1.DiskNode, disks ...string) *v1alpha1.DiskNode {
+	for _, name := range disks {
+		dn.Spec.Disks = append(dn.Spec.Disks, v1alpha1.DiskSpec{Name: name, Unschedulable: true, Reason: "replacing"})
+	}
+	return dn
+}
+
 func freeDisk(name string, size int64) diskSpec {
 	return diskSpec{name: name, capacity: size, free: size}
 }

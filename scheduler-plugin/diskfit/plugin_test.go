@@ -77,6 +77,31 @@ func TestFilter(t *testing.T) {
 			},
 		},
 		{
+			name: "a disk taken out of service takes no new volume; the next disk does",
+			objs: []runtime.Object{makePVC("a", diskfitClass, 3*gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{
+				cordoned(diskNode("n1", freeDisk("d0", 10*gi), freeDisk("d1", 2*gi)), "d0"),
+				cordoned(diskNode("n2", freeDisk("d0", 10*gi), freeDisk("d1", 4*gi)), "d0"),
+			},
+			pod: makePod("p", "a"),
+			want: map[string]wantStatus{
+				"n1": {fwk.UnschedulableAndUnresolvable, "node n1: largest free disk d1 has 2Gi, pod needs 3Gi on one disk"},
+				"n2": {fwk.Success, ""},
+			},
+		},
+		{
+			name: "a node whose disks are all out of service says so",
+			objs: []runtime.Object{makePVC("a", diskfitClass, gi).PersistentVolumeClaim},
+			diskNodes: []*v1alpha1.DiskNode{func() *v1alpha1.DiskNode {
+				dn := diskNode("n1", freeDisk("d0", 10*gi))
+				dn.Spec.Unschedulable = true
+				return dn
+			}()},
+			pod: makePod("p", "a"),
+			want: map[string]wantStatus{"n1": {fwk.UnschedulableAndUnresolvable,
+				"node n1: claim ns/a: disk d0 is unschedulable (taken out of service in the node's DiskNode spec)"}},
+		},
+		{
 			name:      "node without DiskNode is rejected",
 			objs:      []runtime.Object{makePVC("a", diskfitClass, gi).PersistentVolumeClaim},
 			diskNodes: []*v1alpha1.DiskNode{diskNode("n1", freeDisk("d0", 10*gi))},

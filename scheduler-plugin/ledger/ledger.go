@@ -97,6 +97,9 @@ type diskState struct {
 	capacity     int64
 	reportedFree int64
 	healthy      bool
+	// unschedulable is set when the DiskNode's spec takes the disk out
+	// of service for new volumes.
+	unschedulable bool
 	// known is false for a disk that volumes point at but the node's
 	// DiskNode does not list; it is never offered for placement.
 	known bool
@@ -314,6 +317,7 @@ func (l *Ledger) SetDiskNode(dn *v1alpha1.DiskNode) {
 			healthy:      ds.Healthy,
 			known:        true,
 		}
+		d.unschedulable, _ = dn.Spec.DiskUnschedulable(ds.Name)
 		if old := n.disk(ds.Name); old != nil {
 			d.used, d.pending = old.used, old.pending
 		}
@@ -555,11 +559,12 @@ func appendDisks(n *nodeState, buf []packing.Disk) []packing.Disk {
 		}
 		free := max(min(packing.SatSub(d.capacity, d.used.value()), d.reportedFree), 0)
 		buf = append(buf, packing.Disk{
-			Name:        d.name,
-			DeviceClass: d.deviceClass,
-			Capacity:    d.capacity,
-			Free:        free,
-			Healthy:     d.healthy,
+			Name:          d.name,
+			DeviceClass:   d.deviceClass,
+			Capacity:      d.capacity,
+			Free:          free,
+			Healthy:       d.healthy,
+			Unschedulable: d.unschedulable,
 		})
 	}
 	return buf

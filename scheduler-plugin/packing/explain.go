@@ -15,13 +15,21 @@ func Explain(disks []Disk, claims []Claim) string {
 	for ci := range claims {
 		c := &claims[ci]
 		any := false
+		var closed []string
 		for di := range disks {
-			if c.allows(&disks[di]) {
+			d := &disks[di]
+			if c.allows(d) {
 				any = true
 				break
 			}
+			if d.Healthy && d.Unschedulable && (c.DeviceClass == "" || d.DeviceClass == c.DeviceClass) && (c.Disk == "" || c.Disk == d.Name) {
+				closed = append(closed, d.Name)
+			}
 		}
 		if !any {
+			if len(closed) > 0 {
+				return fmt.Sprintf("claim %s: disk %s is unschedulable (taken out of service in the node's DiskNode spec)", c.Name, strings.Join(closed, ", "))
+			}
 			if c.Disk != "" {
 				return fmt.Sprintf("claim %s copies data held on disk %s, which is not a healthy disk of this node", c.Name, c.Disk)
 			}

@@ -57,13 +57,21 @@ type Disk struct {
 	// Free is what may still be allocated on the disk in bytes, already
 	// reduced by every volume, annotated claim and reservation on it.
 	Free int64
-	// Healthy is false when no new volume may be placed on the disk.
+	// Healthy is false when the disk does not work.
 	Healthy bool
+	// Unschedulable is true when an admin took the disk out of service
+	// for new volumes (DiskNode spec).
+	Unschedulable bool
+}
+
+// Open reports whether the disk takes new volumes at all.
+func (d *Disk) Open() bool {
+	return d.Healthy && !d.Unschedulable
 }
 
 // Usable reports whether a claim of deviceClass may be placed on d.
 func (d *Disk) Usable(deviceClass string) bool {
-	return d.Healthy && (deviceClass == "" || d.DeviceClass == deviceClass)
+	return d.Open() && (deviceClass == "" || d.DeviceClass == deviceClass)
 }
 
 // Claim is one volume that still needs a disk.
@@ -219,7 +227,7 @@ func (s *searcher) search(ci int) bool {
 	// together is smaller than them.
 	var total int64
 	for di := range s.disks {
-		if s.disks[di].Healthy && s.free[di] > 0 {
+		if s.disks[di].Open() && s.free[di] > 0 {
 			total = SatAdd(total, s.free[di])
 		}
 	}

@@ -55,3 +55,28 @@ func (s *DiskNodeStatus) Stale(now time.Time, maxAge time.Duration) bool {
 func (d *DiskStatus) Usable(deviceClass string) bool {
 	return d.Healthy && (deviceClass == "" || d.DeviceClass == deviceClass)
 }
+
+// DiskUnschedulable reports whether the spec takes the named disk out of
+// service for new volumes, and the admin's reason.
+func (s *DiskNodeSpec) DiskUnschedulable(name string) (bool, string) {
+	for _, d := range s.Disks {
+		if d.Name == name && d.Unschedulable {
+			return true, d.Reason
+		}
+	}
+	if s.Unschedulable {
+		return true, s.Reason
+	}
+	return false, ""
+}
+
+// CountUnschedulable sets UnschedulableDisks: how many of the status's
+// disks spec takes out of service.
+func (s *DiskNodeStatus) CountUnschedulable(spec *DiskNodeSpec) {
+	s.UnschedulableDisks = 0
+	for _, d := range s.Disks {
+		if out, _ := spec.DiskUnschedulable(d.Name); out {
+			s.UnschedulableDisks++
+		}
+	}
+}

@@ -167,7 +167,7 @@ func TestCRDSchemaMatchesGoRules(t *testing.T) {
 	for _, c := range v.AdditionalPrinterColumns {
 		columns = append(columns, c.Name)
 	}
-	if got, want := strings.Join(columns, ","), "Disks,Healthy,Total,Free,Observed,Age"; got != want {
+	if got, want := strings.Join(columns, ","), "Disks,Healthy,Unschedulable,Total,Free,Observed,Age"; got != want {
 		t.Errorf("printer columns = %s, want %s", got, want)
 	}
 }

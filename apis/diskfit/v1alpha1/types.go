@@ -29,6 +29,7 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Disks",type=integer,JSONPath=`.status.diskCount`
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyDisks`
+// +kubebuilder:printcolumn:name="Unschedulable",type=integer,JSONPath=`.status.unschedulableDisks`
 // +kubebuilder:printcolumn:name="Total",type=string,JSONPath=`.status.capacity`
 // +kubebuilder:printcolumn:name="Free",type=string,JSONPath=`.status.free`
 // +kubebuilder:printcolumn:name="Observed",type=date,JSONPath=`.status.observedTime`
@@ -37,9 +38,56 @@ type DiskNode struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// Spec is what an admin asks of the node's disks. The driver never
+	// writes it; it reads it before placing a volume.
+	// +optional
+	Spec DiskNodeSpec `json:"spec,omitempty"`
+
 	// Status is what the node's driver last observed.
 	// +optional
 	Status DiskNodeStatus `json:"status,omitempty"`
+}
+
+// DiskNodeSpec takes disks out of service for new volumes, the way
+// `kubectl cordon` does for a node's pods: volumes already on them stay and
+// keep working, no new volume is placed there (DiskFit's Filter skips
+// them, the driver refuses them with ResourceExhausted so the scheduler
+// chooses again). `diskfit drain` sets it.
+type DiskNodeSpec struct {
+	// Unschedulable takes every disk of the node out of service.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+
+	// Reason says why the node's disks are out of service, for people.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// Disks takes single disks out of service, keyed by name. A disk the
+	// node does not have is ignored.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Disks []DiskSpec `json:"disks,omitempty"`
+}
+
+// DiskSpec is what an admin asks of one disk.
+type DiskSpec struct {
+	// Name is the disk's name, as in the status.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Unschedulable takes the disk out of service for new volumes.
+	// +optional
+	Unschedulable bool `json:"unschedulable,omitempty"`
+
+	// Reason says why, for people.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Reason string `json:"reason,omitempty"`
 }
 
 // DiskNodeStatus is the observed state of a node's disks.
@@ -72,10 +120,17 @@ type DiskNodeStatus struct {
 	// +optional
 	DiskCount int32 `json:"diskCount,omitempty"`
 
-	// HealthyDisks counts the disks that can take new volumes.
+	// HealthyDisks counts the disks that work.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	HealthyDisks int32 `json:"healthyDisks,omitempty"`
+
+	// UnschedulableDisks counts the disks the spec took out of service
+	// when the driver last refreshed this status, for display only: the
+	// scheduler and the driver read the spec itself.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	UnschedulableDisks int32 `json:"unschedulableDisks,omitempty"`
 }
 
 // DiskStatus is the observed state of one disk.
