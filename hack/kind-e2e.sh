@@ -21,7 +21,7 @@ for tool in docker kind kubectl go; do
 done
 
 echo "== building images"
-for target in diskfit-csi diskfit-scheduler; do
+for target in diskfit-csi diskfit-scheduler diskfit-controller; do
 	docker build -f hack/Dockerfile --target "$target" -t "ghcr.io/diskfit/$target:dev" .
 done
 
@@ -36,13 +36,14 @@ nodes:
   - role: worker
 EOC
 export KUBECONFIG=$kubeconfig
-kind load docker-image --name "$cluster" ghcr.io/diskfit/diskfit-csi:dev ghcr.io/diskfit/diskfit-scheduler:dev
+kind load docker-image --name "$cluster" ghcr.io/diskfit/diskfit-csi:dev ghcr.io/diskfit/diskfit-scheduler:dev ghcr.io/diskfit/diskfit-controller:dev
 
 echo "== disks, then diskfit"
 manifests/overlays/kind/make-disks.sh "$cluster"
 kubectl apply --server-side -k manifests/overlays/kind
 kubectl -n diskfit-system rollout status daemonset/diskfit-csi-node --timeout=5m
 kubectl -n diskfit-system rollout status deployment/diskfit-scheduler --timeout=5m
+kubectl -n diskfit-system rollout status deployment/diskfit-controller --timeout=5m
 
 echo "== e2e"
 go test -count=1 -timeout 45m ./test/e2e -kubeconfig "$kubeconfig" -v

@@ -20,12 +20,28 @@ const (
 	SelectedDiskAnnotation = "diskfit.io/selected-disk"
 
 	// ReleaseOnNodeDeletionAnnotation on a PVC (value "true") lets
-	// diskfit-scheduler delete the claim when the Node its volume lives on
-	// is deleted and stays deleted for two minutes, so that a StatefulSet
-	// recreates it and its pod elsewhere.
+	// diskfit-controller delete the claim when the Node its volume lives on
+	// is deleted and stays deleted for --node-loss-grace (two minutes), so
+	// that a StatefulSet recreates it and its pod elsewhere. A claim that
+	// asks to be released on disk loss (OnDiskLossAnnotation) is released
+	// on node loss too: a deleted node's disks are all lost.
 	// The data is lost with the node; without the annotation the claim
 	// stays and its pod waits for the node.
 	ReleaseOnNodeDeletionAnnotation = "diskfit.io/release-on-node-deletion"
+
+	// OnDiskLossAnnotation on a PVC, or the same key as a StorageClass
+	// parameter for all of the class's claims, says what becomes of a
+	// claim whose disk is lost: the disk stayed unhealthy for
+	// diskfit-controller's --disk-failure-grace, or its node was deleted.
+	// OnDiskLossRelease deletes the claim and its pod, so that a
+	// StatefulSet recreates both and the new volume lands on a working
+	// disk; the old volume's PV is kept with reclaim policy Retain, so
+	// whatever the disk still holds is deleted only by an admin.
+	// OnDiskLossKeep, the default, leaves the claim waiting for its disk.
+	// A PVC's annotation overrides its class's parameter.
+	OnDiskLossAnnotation = "diskfit.io/on-disk-loss"
+	OnDiskLossRelease    = "release"
+	OnDiskLossKeep       = "keep"
 
 	// DeviceClassParameter is the optional StorageClass parameter that
 	// restricts a volume to disks of one deviceClass.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 )
 
 // DiskNamePattern is the syntax of a disk name. The CRD schema enforces the
@@ -88,4 +89,21 @@ func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
 		return Location{}, false
 	}
 	return Location{Node: node, Disk: disk}, true
+}
+
+// ReleasedOnDiskLoss reports whether pvc asked to be released when its disk
+// is lost (OnDiskLossAnnotation); class is its StorageClass, nil when
+// unknown.
+func ReleasedOnDiskLoss(pvc *v1.PersistentVolumeClaim, class *storagev1.StorageClass) bool {
+	if v, ok := pvc.Annotations[OnDiskLossAnnotation]; ok {
+		return v == OnDiskLossRelease
+	}
+	return class != nil && class.Parameters[OnDiskLossAnnotation] == OnDiskLossRelease
+}
+
+// ReleasedOnNodeLoss reports whether pvc asked to be released when its
+// node is deleted: with ReleaseOnNodeDeletionAnnotation, or by asking to
+// be released when its disk is lost.
+func ReleasedOnNodeLoss(pvc *v1.PersistentVolumeClaim, class *storagev1.StorageClass) bool {
+	return pvc.Annotations[ReleaseOnNodeDeletionAnnotation] == "true" || ReleasedOnDiskLoss(pvc, class)
 }

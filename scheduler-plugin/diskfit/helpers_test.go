@@ -26,7 +26,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
-	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
@@ -144,9 +143,6 @@ type testEnv struct {
 	pl        *DiskFit
 	activator *recordingActivator
 	events    *recordingRecorder
-	// clock times the release of deleted nodes' claims; it starts at
-	// testNow and moves only when a test steps it.
-	clock *clocktesting.FakeClock
 }
 
 // recordedEvent is one event as the plugin handed it to the recorder.
@@ -239,13 +235,11 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	if args != nil {
 		obj = args
 	}
-	clock := clocktesting.NewFakeClock(testNow)
 	pl, err := NewWithOptions(ctx, obj, fh, Options{
 		Features:       fts,
 		DiskNodeClient: dfClient,
 		Now:            func() time.Time { return testNow },
 		SnapshotClient: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), snapshotObjs...),
-		Clock:          clock,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +250,7 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	if !cache.WaitForCacheSync(ctx.Done(), pl.handlersSynced...) {
 		t.Fatal("event handlers did not sync")
 	}
-	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl, activator: activator, events: recorder, clock: clock}
+	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl, activator: activator, events: recorder}
 }
 
 // nodeInfos builds scheduler NodeInfos for the named nodes.

@@ -31,7 +31,6 @@ import (
 	kubeschedv1 "k8s.io/kubernetes/pkg/scheduler/apis/config/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
-	"k8s.io/utils/clock"
 
 	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
 	"github.com/diskfit/diskfit/apis/client/informers/externalversions"
@@ -58,7 +57,6 @@ type DiskFit struct {
 	pvcLister  corelisters.PersistentVolumeClaimLister
 	pvcIndexer cache.Indexer
 	pvLister   corelisters.PersistentVolumeLister
-	nodeLister corelisters.NodeLister
 	scLister   storagelisters.StorageClassLister
 	// snapshots reads VolumeSnapshots and their contents (source.go).
 	snapshots dynamic.Interface
@@ -77,8 +75,6 @@ type DiskFit struct {
 	// handlersSynced report whether the ledger's event handlers have seen
 	// their informers' initial lists.
 	handlersSynced []cache.InformerSynced
-	// nodeLoss releases the claims of deleted nodes (nodeloss.go).
-	nodeLoss nodeLoss
 }
 
 var (
@@ -111,9 +107,6 @@ type Options struct {
 	// SnapshotClient reads VolumeSnapshots; nil builds one from the
 	// handle's KubeConfig.
 	SnapshotClient dynamic.Interface
-	// Clock times the release of deleted nodes' claims; nil is the real
-	// clock.
-	Clock clock.WithTicker
 }
 
 // New builds a DiskFit plugin; it is the factory to register under Name
@@ -167,13 +160,9 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		opts:       PackingOptions(args),
 		maxAge:     args.MaxDiskNodeAge.Duration,
 		now:        o.Now,
-		nodeLoss:   nodeLoss{clock: o.Clock, goneSince: map[string]time.Time{}},
 	}
 	if pl.now == nil {
 		pl.now = time.Now
-	}
-	if pl.nodeLoss.clock == nil {
-		pl.nodeLoss.clock = clock.RealClock{}
 	}
 	if len(args.ScoringStrategy.DeviceClassWeights) > 0 {
 		weights := map[string]int64{}
@@ -208,9 +197,6 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		if err != nil {
 			return nil, fmt.Errorf("building DiskNode client: %w", err)
 		}
-	}
-	if err := pl.watchNodeLoss(ctx, h); err != nil {
-		return nil, err
 	}
 	if pl.snapshots == nil && h.KubeConfig() != nil {
 		if pl.snapshots, err = dynamic.NewForConfig(h.KubeConfig()); err != nil {

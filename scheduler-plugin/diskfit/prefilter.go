@@ -77,8 +77,6 @@ func readState(cs fwk.CycleState) (*stateData, error) {
 // unbound diskfit claims (plain and StatefulSet PVCs, generic ephemeral
 // volumes) with their sizes and device classes, once per cycle.
 func (pl *DiskFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	// Only the elected leader runs scheduling cycles (nodeloss.go).
-	pl.nodeLoss.scheduling()
 	// Forget the previous cycle first: a CycleState must never be matched
 	// with another cycle's claims.
 	pl.last.Store(nil)

@@ -1,9 +1,10 @@
 // Package cluster runs a whole diskfit cluster on one machine without Docker:
 // embedded etcd, a real kube-apiserver and the controllers that PVC binding,
 // StatefulSets and garbage collection need (in this process), the real
-// diskfit scheduler, external-resizer and snapshot-controller, and per node
-// a kubelet and the real diskfit-csi driver, external-provisioner and
-// csi-snapshotter (child processes) on loop-mounted disk images.
+// diskfit scheduler and controller, external-resizer and
+// snapshot-controller, and per node a kubelet and the real diskfit-csi
+// driver, external-provisioner and csi-snapshotter (child processes) on
+// loop-mounted disk images.
 package cluster
 
 import (
@@ -74,11 +75,12 @@ type Cluster struct {
 
 	opts Options
 	// Kubeconfigs of the manifests' ServiceAccounts (rbac.go).
-	nodeKubeconfig, schedulerKubeconfig, snapshotControllerKubeconfig string
+	nodeKubeconfig, schedulerKubeconfig, controllerKubeconfig, snapshotControllerKubeconfig string
 
 	cp                 *controlPlane
 	proxy              *apiProxy
 	scheduler          *supervisor
+	controller         *supervisor
 	resizer            *process
 	snapshotController *process
 }
@@ -134,6 +136,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	for sa, path := range map[serviceAccount]*string{
 		nodeAccount:               &c.nodeKubeconfig,
 		schedulerAccount:          &c.schedulerKubeconfig,
+		controllerAccount:         &c.controllerKubeconfig,
 		snapshotControllerAccount: &c.snapshotControllerKubeconfig,
 	} {
 		if *path, err = c.kubeconfigFor(ctx, sa); err != nil {
@@ -141,6 +144,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 	if err := c.startScheduler(); err != nil {
+		return c, err
+	}
+	if err := c.startController(); err != nil {
 		return c, err
 	}
 	for _, spec := range opts.Nodes {
@@ -269,6 +275,9 @@ func (c *Cluster) Stop() {
 	}
 	if c.scheduler != nil {
 		c.scheduler.stop(10 * time.Second)
+	}
+	if c.controller != nil {
+		c.controller.stop(10 * time.Second)
 	}
 	if c.proxy != nil {
 		c.proxy.close()

@@ -36,6 +36,7 @@ import (
 var rbacManifests = []string{
 	"base/namespace.yaml",
 	"base/node/rbac.yaml",
+	"base/controller/rbac.yaml",
 	"base/policy/selected-disk.yaml",
 	"base/policy/disknode-own-node.yaml",
 	"scheduler/rbac.yaml",
@@ -48,6 +49,7 @@ var rbacManifests = []string{
 var (
 	nodeAccount               = serviceAccount{"diskfit-system", "diskfit-csi-node"}
 	schedulerAccount          = serviceAccount{"diskfit-system", "diskfit-scheduler"}
+	controllerAccount         = serviceAccount{"diskfit-system", "diskfit-controller"}
 	snapshotControllerAccount = serviceAccount{"kube-system", "snapshot-controller"}
 )
 

@@ -156,9 +156,9 @@ func observed(t *testing.T, node string) metav1.Time {
 
 // A node is deleted for good (its Node object removed, as an operator or a
 // cloud's node controller does) while a StatefulSet pod runs there with a
-// claim that opted in with diskfit.io/release-on-node-deletion. DiskFit
-// releases the claim once the Node has stayed gone for two minutes (2 to 3
-// minutes after the delete: it checks every minute); once the pod is gone
+// claim that opted in with diskfit.io/release-on-node-deletion.
+// diskfit-controller releases the claim once the Node has stayed gone for
+// its grace time (30 s on the local cluster); once the pod is gone
 // (the pod garbage collector's job in a real cluster, done by the test
 // here), the StatefulSet recreates the claim and the pod, which run on a
 // live node. On a cluster of its own: the deleted node does not come back.

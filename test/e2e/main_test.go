@@ -160,7 +160,7 @@ func startLocalCluster() (*localCluster, error) {
 	lc := &localCluster{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig"), logDir: logDir}
 	bin := filepath.Join(dir, "bin")
 	localBin = bin
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/diskfit-csi", "./cmd/diskfit-scheduler", "./cmd/diskfit", "./test/cmd/localcluster")
+	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/diskfit-csi", "./cmd/diskfit-scheduler", "./cmd/diskfit-controller", "./cmd/diskfit", "./test/cmd/localcluster")
 	build.Dir, build.Stdout, build.Stderr = repo, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return nil, fmt.Errorf("building binaries: %w", err)

@@ -1,0 +1,458 @@
+// Package lifecycle is diskfit-controller: it lets claims go from disks
+// that are lost, so that StatefulSets move on.
+//
+// A local volume lives and dies with its disk. When a disk fails for good
+// (its node's DiskNode has reported it unhealthy for DiskFailureGrace) or
+// its Node is deleted (the machine is gone, for NodeLossGrace), the claims
+// on it whose owner opted in (diskfit.ReleasedOnDiskLoss,
+// diskfit.ReleasedOnNodeLoss) are released: the claim and its pod are
+// deleted, and a StatefulSet recreates both on a working disk. Claims that
+// did not opt in stay; people learn what happened and what to do from
+// events on the claim and its pod.
+//
+// Deleting a claim is final, so the caches only nominate: before anything
+// is deleted, a quorum read from the API server must confirm the loss, the
+// loss must have lasted its grace time (counted from the first pass that
+// saw it; seeing the disk healthy or the Node again starts over), and a
+// failed disk's status must be fresh (a node that stopped reporting is not
+// a failed disk). Only the elected leader runs passes (cmd/diskfit-controller).
+// Released volumes of a failed disk keep their data: their PVs become
+// Retain (ReleaseKeepingData).
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
+	dfinformers "github.com/diskfit/diskfit/apis/client/informers/externalversions"
+	dflisters "github.com/diskfit/diskfit/apis/client/listers/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+)
+
+// Defaults of Options.
+const (
+	DefaultNodeLossGrace    = 2 * time.Minute
+	DefaultDiskFailureGrace = 10 * time.Minute
+	DefaultStatusMaxAge     = 2 * time.Minute
+	DefaultInterval         = 30 * time.Second
+)
+
+// Event reasons, on claims, their pods and PVs.
+const (
+	ReasonDiskFailed       = "DiskFailed"
+	ReasonDiskRecovered    = "DiskRecovered"
+	ReasonReleased         = "ReleasedFromLostDisk"
+	ReasonReleaseFailed    = "ReleaseFailed"
+	ReasonNodeGone         = "NodeGone"
+	ReasonReleasedWithNode = "ReleasedWithNode"
+)
+
+// Options configure a Controller.
+type Options struct {
+	// NodeLossGrace is how long a Node must stay deleted before its
+	// opted-in claims are released.
+	NodeLossGrace time.Duration
+	// DiskFailureGrace is how long a disk must stay unhealthy before its
+	// opted-in claims are released.
+	DiskFailureGrace time.Duration
+	// StatusMaxAge is how old a DiskNode status may be and still count as
+	// the node's word on its disks.
+	StatusMaxAge time.Duration
+	// Interval is how often a pass runs besides on changes.
+	Interval time.Duration
+	// Clock is the time source; nil means the real clock.
+	Clock clock.WithTicker
+}
+
+// Controller releases claims of lost disks and nodes.
+type Controller struct {
+	opts     Options
+	client   kubernetes.Interface
+	diskfit  versioned.Interface
+	recorder events.EventRecorder
+
+	nodes     corelisters.NodeLister
+	pvs       corelisters.PersistentVolumeLister
+	pvcs      corelisters.PersistentVolumeClaimLister
+	classes   storagelisters.StorageClassLister
+	diskNodes dflisters.DiskNodeLister
+	synced    []cache.InformerSynced
+	changed   chan struct{}
+
+	// mu serializes passes.
+	mu sync.Mutex
+	// nodeGoneSince is when the API server first answered NotFound for a
+	// node with claims to release.
+	nodeGoneSince map[string]time.Time
+	// failing holds the disks seen unhealthy in a fresh status.
+	failing map[diskfit.Location]*failure
+}
+
+// failure is one unhealthy disk.
+type failure struct {
+	since   time.Time
+	message string
+	// told holds the claims (by UID) already told about the failure.
+	told map[string]bool
+}
+
+// New builds a controller on the given informer factories; start them
+// after New and before Run.
+func New(client kubernetes.Interface, df versioned.Interface, factory informers.SharedInformerFactory, dfFactory dfinformers.SharedInformerFactory, recorder events.EventRecorder, opts Options) (*Controller, error) {
+	if opts.NodeLossGrace <= 0 || opts.DiskFailureGrace <= 0 || opts.StatusMaxAge <= 0 || opts.Interval <= 0 {
+		return nil, fmt.Errorf("grace times, status age and interval must be positive: %+v", opts)
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	c := &Controller{
+		opts: opts, client: client, diskfit: df, recorder: recorder,
+		nodes:         factory.Core().V1().Nodes().Lister(),
+		pvs:           factory.Core().V1().PersistentVolumes().Lister(),
+		pvcs:          factory.Core().V1().PersistentVolumeClaims().Lister(),
+		classes:       factory.Storage().V1().StorageClasses().Lister(),
+		diskNodes:     dfFactory.Diskfit().V1alpha1().DiskNodes().Lister(),
+		changed:       make(chan struct{}, 1),
+		nodeGoneSince: map[string]time.Time{},
+		failing:       map[diskfit.Location]*failure{},
+	}
+	kick := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.kick() },
+		UpdateFunc: func(any, any) { c.kick() },
+		DeleteFunc: func(any) { c.kick() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{
+		factory.Core().V1().Nodes().Informer(),
+		dfFactory.Diskfit().V1alpha1().DiskNodes().Informer(),
+	} {
+		reg, err := inf.AddEventHandler(kick)
+		if err != nil {
+			return nil, err
+		}
+		c.synced = append(c.synced, reg.HasSynced)
+	}
+	c.synced = append(c.synced,
+		factory.Core().V1().PersistentVolumes().Informer().HasSynced,
+		factory.Core().V1().PersistentVolumeClaims().Informer().HasSynced,
+		factory.Storage().V1().StorageClasses().Informer().HasSynced)
+	return c, nil
+}
+
+func (c *Controller) kick() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run runs passes until ctx ends: when a Node or DiskNode changes and
+// every Interval, which also retries failures. Nothing happens before the
+// caches are filled: until then every node would look gone.
+func (c *Controller) Run(ctx context.Context) error {
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return fmt.Errorf("caches did not sync: %w", ctx.Err())
+	}
+	klog.FromContext(ctx).Info("Releasing claims of lost disks and nodes", "nodeLossGrace", c.opts.NodeLossGrace,
+		"diskFailureGrace", c.opts.DiskFailureGrace, "statusMaxAge", c.opts.StatusMaxAge)
+	ticker := c.opts.Clock.NewTicker(c.opts.Interval)
+	defer ticker.Stop()
+	for {
+		c.Pass(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.changed:
+		case <-ticker.C():
+		}
+	}
+}
+
+// Pass looks at every node and disk once.
+func (c *Controller) Pass(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	claims, err := c.claimsByDisk()
+	if err != nil {
+		logger.Error(err, "Listing the claims on diskfit volumes")
+		return
+	}
+	c.releaseLostNodes(ctx, claims)
+	c.releaseFailedDisks(ctx, claims)
+}
+
+// onDisk is a claim with the StorageClass it was made with (nil when gone).
+type onDisk struct {
+	Claim
+	class *storagev1.StorageClass
+}
+
+// claimsByDisk returns the bound claims on diskfit volumes, by where the
+// volumes live.
+func (c *Controller) claimsByDisk() (map[diskfit.Location][]onDisk, error) {
+	pvs, err := c.pvs.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := map[diskfit.Location][]onDisk{}
+	for _, pv := range pvs {
+		loc, ok := diskfit.PVLocation(pv)
+		ref := pv.Spec.ClaimRef
+		if !ok || ref == nil {
+			continue
+		}
+		pvc, err := c.pvcs.PersistentVolumeClaims(ref.Namespace).Get(ref.Name)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if pvc.UID != ref.UID || pvc.Spec.VolumeName != pv.Name || pvc.DeletionTimestamp != nil {
+			continue
+		}
+		var class *storagev1.StorageClass
+		if name := pvc.Spec.StorageClassName; name != nil {
+			class, _ = c.classes.Get(*name)
+		}
+		out[loc] = append(out[loc], onDisk{Claim: Claim{PVC: pvc, PV: pv}, class: class})
+	}
+	return out, nil
+}
+
+// releaseLostNodes releases the opted-in claims of nodes the API server
+// has said for NodeLossGrace do not exist.
+func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Location][]onDisk) {
+	logger := klog.FromContext(ctx)
+	lost := map[string][]onDisk{}
+	for loc, list := range claims {
+		if _, err := c.nodes.Get(loc.Node); !apierrors.IsNotFound(err) {
+			continue
+		}
+		for _, cl := range list {
+			if diskfit.ReleasedOnNodeLoss(cl.PVC, cl.class) {
+				lost[loc.Node] = append(lost[loc.Node], cl)
+			}
+		}
+	}
+	// A node back in the cache, or without claims left to release,
+	// starts over.
+	for name := range c.nodeGoneSince {
+		if _, ok := lost[name]; !ok {
+			delete(c.nodeGoneSince, name)
+		}
+	}
+	now := c.opts.Clock.Now()
+	for name, list := range lost {
+		// A GET without resourceVersion is a quorum read: the API server's
+		// answer, not a cache's.
+		_, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			logger.V(2).Info("Node missing from the cache exists; its claims stay", "node", name)
+			delete(c.nodeGoneSince, name)
+			continue
+		case !apierrors.IsNotFound(err):
+			logger.Error(err, "Reading a Node missing from the cache; its claims are not released now", "node", name)
+			continue
+		}
+		since, ok := c.nodeGoneSince[name]
+		if !ok {
+			c.nodeGoneSince[name] = now
+			logger.Info("Node is gone; releasing its opted-in claims unless it comes back", "node", name, "after", c.opts.NodeLossGrace)
+			for _, cl := range list {
+				c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonNodeGone, "Release",
+					"Node %s, which holds this claim's volume, was deleted; the claim is released at %s unless the node comes back",
+					name, now.Add(c.opts.NodeLossGrace).UTC().Format(time.RFC3339))
+			}
+			continue
+		}
+		if now.Sub(since) < c.opts.NodeLossGrace {
+			continue
+		}
+		for _, cl := range list {
+			if err := ReleaseWithNode(ctx, c.client, cl.Claim); err != nil {
+				logger.Error(err, "Releasing a claim of a deleted node", "node", name, "pvc", klog.KObj(cl.PVC))
+				continue
+			}
+			loc, _ := diskfit.PVLocation(cl.PV)
+			logger.Info("Released a claim of a deleted node", "node", name, "disk", loc.Disk, "pv", cl.PV.Name, "pvc", klog.KObj(cl.PVC))
+			c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleasedWithNode, "Release",
+				"Released: node %s has been gone since %s; the claim and its PV are deleted so the workload can recreate it on a live node",
+				name, since.UTC().Format(time.RFC3339))
+		}
+	}
+}
+
+// releaseFailedDisks follows the disks that fresh DiskNode statuses call
+// unhealthy: it tells their claims and pods when a disk fails and when it
+// recovers, and releases the opted-in claims of a disk that stayed
+// unhealthy for DiskFailureGrace.
+func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.Location][]onDisk) {
+	logger := klog.FromContext(ctx)
+	now := c.opts.Clock.Now()
+	seen := map[diskfit.Location]bool{}
+	dns, err := c.diskNodes.List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Listing DiskNodes")
+		return
+	}
+	for _, dn := range dns {
+		if dn.Status.Stale(now, c.opts.StatusMaxAge) {
+			// No word from the node: neither failed nor recovered. A
+			// failure's grace time starts over once it reports again.
+			continue
+		}
+		for _, ds := range dn.Status.Disks {
+			loc := diskfit.Location{Node: dn.Name, Disk: ds.Name}
+			if ds.Healthy {
+				continue
+			}
+			seen[loc] = true
+			f := c.failing[loc]
+			if f == nil {
+				f = &failure{since: now, message: ds.Message, told: map[string]bool{}}
+				c.failing[loc] = f
+				logger.Info("Disk failed", "node", dn.Name, "disk", ds.Name, "message", ds.Message, "claims", len(claims[loc]))
+			}
+			c.tellFailure(loc, f, claims[loc])
+		}
+	}
+	for loc, f := range c.failing {
+		if seen[loc] {
+			continue
+		}
+		delete(c.failing, loc)
+		if c.healthy(loc) {
+			logger.Info("Disk recovered", "node", loc.Node, "disk", loc.Disk)
+			for _, cl := range claims[loc] {
+				if f.told[string(cl.PVC.UID)] {
+					c.recorder.Eventf(cl.PVC, nil, v1.EventTypeNormal, ReasonDiskRecovered, "Recover",
+						"Disk %s on node %s works again", loc.Disk, loc.Node)
+				}
+			}
+		}
+	}
+	for loc, f := range c.failing {
+		if now.Sub(f.since) < c.opts.DiskFailureGrace {
+			continue
+		}
+		var release []onDisk
+		for _, cl := range claims[loc] {
+			if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.class) {
+				release = append(release, cl)
+			}
+		}
+		if len(release) == 0 {
+			continue
+		}
+		if err := c.confirmFailed(ctx, loc); err != nil {
+			logger.Info("Not releasing the claims of a disk", "node", loc.Node, "disk", loc.Disk, "reason", err.Error())
+			continue
+		}
+		for _, cl := range release {
+			if err := ReleaseKeepingData(ctx, c.client, cl.Claim, loc.Node); err != nil {
+				logger.Error(err, "Releasing a claim of a failed disk", "node", loc.Node, "disk", loc.Disk, "pvc", klog.KObj(cl.PVC))
+				c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseFailed, "Release", "Releasing the claim from failed disk %s on node %s: %v", loc.Disk, loc.Node, err)
+				continue
+			}
+			logger.Info("Released a claim of a failed disk", "node", loc.Node, "disk", loc.Disk, "pv", cl.PV.Name, "pvc", klog.KObj(cl.PVC))
+			note := fmt.Sprintf("Released claim %s/%s: disk %s on node %s has failed since %s (%s). Its PV %s is kept with reclaim policy Retain; delete the PV once its data is not needed",
+				cl.PVC.Namespace, cl.PVC.Name, loc.Disk, loc.Node, f.since.UTC().Format(time.RFC3339), f.message, cl.PV.Name)
+			c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleased, "Release", "%s", note)
+			c.recorder.Eventf(cl.PV, nil, v1.EventTypeWarning, ReasonReleased, "Release", "%s", note)
+		}
+	}
+}
+
+// tellFailure puts a Warning event on each claim of a failed disk and on
+// the pods using it, once per claim and failure, saying what happens next
+// and what a person can do.
+func (c *Controller) tellFailure(loc diskfit.Location, f *failure, claims []onDisk) {
+	for _, cl := range claims {
+		uid := string(cl.PVC.UID)
+		if f.told[uid] {
+			continue
+		}
+		f.told[uid] = true
+		note := fmt.Sprintf("Disk %s on node %s, which holds this claim's volume, failed: %s. ", loc.Disk, loc.Node, f.message)
+		if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.class) {
+			note += fmt.Sprintf("The claim asked to be released (%s: %s): unless the disk recovers by %s, it and its pod are deleted so the workload recreates them on a working disk; the volume's PV is kept",
+				diskfit.OnDiskLossAnnotation, diskfit.OnDiskLossRelease, f.since.Add(c.opts.DiskFailureGrace).UTC().Format(time.RFC3339))
+		} else {
+			note += fmt.Sprintf("The pod cannot use the volume until the disk recovers. To recreate the claim on a working disk, annotate it %s=%s (or delete the claim and its pod)",
+				diskfit.OnDiskLossAnnotation, diskfit.OnDiskLossRelease)
+		}
+		c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonDiskFailed, "Fail", "%s", note)
+		for _, pod := range c.podsOf(cl.PVC, loc.Node) {
+			c.recorder.Eventf(pod, cl.PVC, v1.EventTypeWarning, ReasonDiskFailed, "Fail", "%s", note)
+		}
+	}
+}
+
+// podsOf returns the pods on node using pvc, for events; none when the
+// API server cannot say.
+func (c *Controller) podsOf(pvc *v1.PersistentVolumeClaim, node string) []*v1.Pod {
+	pods, err := PodsUsing(context.Background(), c.client, pvc, node)
+	if err != nil {
+		return nil
+	}
+	out := make([]*v1.Pod, len(pods))
+	for i := range pods {
+		out[i] = &pods[i]
+	}
+	return out
+}
+
+// healthy reports whether the cache's DiskNode says the disk is healthy.
+func (c *Controller) healthy(loc diskfit.Location) bool {
+	dn, err := c.diskNodes.Get(loc.Node)
+	if err != nil {
+		return false
+	}
+	d := dn.Status.Disk(loc.Disk)
+	return d != nil && d.Healthy && !dn.Status.Stale(c.opts.Clock.Now(), c.opts.StatusMaxAge)
+}
+
+// confirmFailed reads the DiskNode from the API server (a quorum read) and
+// returns nil only if its fresh status still calls the disk unhealthy.
+func (c *Controller) confirmFailed(ctx context.Context, loc diskfit.Location) error {
+	dn, err := c.diskfit.DiskfitV1alpha1().DiskNodes().Get(ctx, loc.Node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading DiskNode %s: %w", loc.Node, err)
+	}
+	return failed(dn, loc.Disk, c.opts.Clock.Now(), c.opts.StatusMaxAge)
+}
+
+// failed returns nil when dn's fresh status reports disk unhealthy.
+func failed(dn *v1alpha1.DiskNode, disk string, now time.Time, maxAge time.Duration) error {
+	if dn.Status.Stale(now, maxAge) {
+		return fmt.Errorf("the status of DiskNode %s is older than %s", dn.Name, maxAge)
+	}
+	d := dn.Status.Disk(disk)
+	switch {
+	case d == nil:
+		return fmt.Errorf("DiskNode %s no longer lists disk %s", dn.Name, disk)
+	case d.Healthy:
+		return fmt.Errorf("disk %s is healthy again", disk)
+	}
+	return nil
+}

@@ -1,0 +1,407 @@
+package lifecycle
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+
+	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
+	dfinformers "github.com/diskfit/diskfit/apis/client/informers/externalversions"
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+)
+
+const (
+	gi          = int64(1) << 30
+	plainClass  = "diskfit"
+	optInClass  = "diskfit-release"
+	nodeGrace   = 2 * time.Minute
+	diskGrace   = 10 * time.Minute
+	statusAge   = 2 * time.Minute
+	testTimeout = 10 * time.Second
+)
+
+// env is a controller on fake clients, driven pass by pass on a fake clock.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	c      *Controller
+	client *k8sfake.Clientset
+	df     *dffake.Clientset
+	clock  *testingclock.FakeClock
+	rec    *recorder
+}
+
+// recorder keeps the events the controller emits.
+type recorder struct {
+	mu     sync.Mutex
+	events []string // "object reason note"
+}
+
+func (r *recorder) Eventf(regarding, _ runtime.Object, eventType, reason, _ string, note string, args ...interface{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name := regarding.(metav1.Object).GetName()
+	r.events = append(r.events, name+" "+eventType+" "+reason+" "+fmtNote(note, args...))
+}
+
+func fmtNote(note string, args ...interface{}) string {
+	if len(args) == 1 {
+		if s, ok := args[0].(string); ok && note == "%s" {
+			return s
+		}
+	}
+	return note
+}
+
+// of returns the events about the named object.
+func (r *recorder) of(name string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.events {
+		if strings.HasPrefix(e, name+" ") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+var _ events.EventRecorder = &recorder{}
+
+func newEnv(t *testing.T, objs []runtime.Object, dns ...*v1alpha1.DiskNode) *env {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	objs = append(objs,
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: plainClass}, Provisioner: diskfit.DriverName},
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: optInClass}, Provisioner: diskfit.DriverName,
+			Parameters: map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}})
+	e := &env{t: t, ctx: ctx, clock: testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), rec: &recorder{}}
+	var dnObjs []runtime.Object
+	for _, dn := range dns {
+		dn.Status.ObservedTime = metav1.NewTime(e.clock.Now())
+		dnObjs = append(dnObjs, dn)
+	}
+	e.client = k8sfake.NewClientset(objs...)
+	e.df = dffake.NewSimpleClientset(dnObjs...)
+	factory := informers.NewSharedInformerFactory(e.client, 0)
+	dfFactory := dfinformers.NewSharedInformerFactory(e.df, 0)
+	c, err := New(e.client, e.df, factory, dfFactory, e.rec, Options{
+		NodeLossGrace: nodeGrace, DiskFailureGrace: diskGrace, StatusMaxAge: statusAge, Interval: time.Hour, Clock: e.clock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c = c
+	factory.Start(ctx.Done())
+	dfFactory.Start(ctx.Done())
+	t.Cleanup(func() {
+		cancel()
+		factory.Shutdown()
+		dfFactory.Shutdown()
+	})
+	for _, synced := range c.synced {
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) { return synced(), nil }); err != nil {
+			t.Fatal("caches did not sync")
+		}
+	}
+	return e
+}
+
+// step moves the clock on and has every DiskNode report afresh, as the
+// drivers do, then runs a pass.
+func (e *env) step(d time.Duration) {
+	e.t.Helper()
+	e.clock.Step(d)
+	list, err := e.df.DiskfitV1alpha1().DiskNodes().List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for i := range list.Items {
+		dn := &list.Items[i]
+		dn.Status.ObservedTime = metav1.NewTime(e.clock.Now())
+		e.setDiskNode(dn)
+	}
+	e.c.Pass(e.ctx)
+}
+
+// setDiskNode writes dn and waits until the controller's cache has it.
+func (e *env) setDiskNode(dn *v1alpha1.DiskNode) {
+	e.t.Helper()
+	if _, err := e.df.DiskfitV1alpha1().DiskNodes().UpdateStatus(e.ctx, dn, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(e.ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+		got, err := e.c.diskNodes.Get(dn.Name)
+		return err == nil && got.Status.ObservedTime.Equal(&dn.Status.ObservedTime) && equalHealth(got, dn), nil
+	}); err != nil {
+		e.t.Fatalf("DiskNode %s never reached the cache", dn.Name)
+	}
+}
+
+func equalHealth(a, b *v1alpha1.DiskNode) bool {
+	for _, d := range b.Status.Disks {
+		if x := a.Status.Disk(d.Name); x == nil || x.Healthy != d.Healthy {
+			return false
+		}
+	}
+	return true
+}
+
+// setHealthy reports disk of node healthy or not.
+func (e *env) setHealthy(node, disk string, healthy bool) {
+	e.t.Helper()
+	dn, err := e.df.DiskfitV1alpha1().DiskNodes().Get(e.ctx, node, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	d := dn.Status.Disk(disk)
+	d.Healthy = healthy
+	d.Message = ""
+	if !healthy {
+		d.Message = "reading volume directory: input/output error"
+	}
+	e.setDiskNode(dn)
+}
+
+func diskNode(name string, disks ...string) *v1alpha1.DiskNode {
+	dn := &v1alpha1.DiskNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, d := range disks {
+		dn.Status.Disks = append(dn.Status.Disks, v1alpha1.DiskStatus{Name: d, Backend: v1alpha1.BackendFile, CapacityBytes: 10 * gi, FreeBytes: 10 * gi, Healthy: true})
+	}
+	return dn
+}
+
+func node(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+
+// claim returns a PVC of class bound to a PV on node/disk, and the PV.
+func claim(name, class, nodeName, disk string, annotations map[string]string) []runtime.Object {
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: annotations}}
+	pvc.Spec.StorageClassName = &class
+	pvc.Spec.VolumeName = "pv-" + name
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name, UID: types.UID("uid-pv-" + name)}}
+	pv.Spec.Capacity = v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(gi, resource.BinarySI)}
+	pv.Spec.ClaimRef = &v1.ObjectReference{Namespace: "ns", Name: name, UID: pvc.UID}
+	pv.Spec.PersistentVolumeReclaimPolicy = v1.PersistentVolumeReclaimDelete
+	pv.Spec.CSI = &v1.CSIPersistentVolumeSource{Driver: diskfit.DriverName, VolumeHandle: disk + ":" + name,
+		VolumeAttributes: map[string]string{diskfit.VolumeContextDiskKey: disk}}
+	pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+		MatchExpressions: []v1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: v1.NodeSelectorOpIn, Values: []string{nodeName}}},
+	}}}}
+	return []runtime.Object{pvc, pv}
+}
+
+// podUsing is a pod on nodeName mounting claim.
+func podUsing(name, claim, nodeName string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec: v1.PodSpec{NodeName: nodeName, Volumes: []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{
+			PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}},
+	}
+}
+
+var releaseAnnotation = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}
+
+func (e *env) pvcExists(name string) bool {
+	e.t.Helper()
+	_, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
+	return err == nil
+}
+
+func (e *env) pv(name string) *v1.PersistentVolume {
+	e.t.Helper()
+	pv, err := e.client.CoreV1().PersistentVolumes().Get(e.ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return pv
+}
+
+func (e *env) podExists(name string) bool {
+	e.t.Helper()
+	_, err := e.client.CoreV1().Pods("ns").Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestFailedDiskReleasesOptedInClaims: a disk that stays unhealthy for the
+// grace time has exactly its opted-in claims released (by annotation or
+// by their StorageClass, an annotation "keep" overriding the class): the
+// claim and its pod are deleted, the PV stays with reclaim policy Retain.
+// Every claim on the disk is told when it fails, and what comes next.
+func TestFailedDiskReleasesOptedInClaims(t *testing.T) {
+	var objs []runtime.Object
+	objs = append(objs, node("n1"))
+	objs = append(objs, claim("annotated", plainClass, "n1", "d0", releaseAnnotation)...)
+	objs = append(objs, claim("by-class", optInClass, "n1", "d0", nil)...)
+	objs = append(objs, claim("kept-by-annotation", optInClass, "n1", "d0", map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossKeep})...)
+	objs = append(objs, claim("not-opted-in", plainClass, "n1", "d0", nil)...)
+	objs = append(objs, claim("healthy-disk", plainClass, "n1", "d1", releaseAnnotation)...)
+	objs = append(objs, podUsing("web-0", "annotated", "n1"), podUsing("web-1", "not-opted-in", "n1"))
+	e := newEnv(t, objs, diskNode("n1", "d0", "d1"))
+
+	e.c.Pass(e.ctx)
+	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx)
+	for _, name := range []string{"annotated", "by-class", "kept-by-annotation", "not-opted-in", "web-0", "web-1"} {
+		if got := e.rec.of(name); len(got) != 1 || !strings.Contains(got[0], ReasonDiskFailed) || !strings.Contains(got[0], "input/output error") {
+			t.Errorf("events of %s = %q, want one %s naming the error", name, got, ReasonDiskFailed)
+		}
+	}
+	if got := e.rec.of("annotated"); len(got) == 1 && !strings.Contains(got[0], "unless the disk recovers by 2026-01-02T03:14:05Z") {
+		t.Errorf("event of an opted-in claim = %q, want the time of its release", got[0])
+	}
+	if got := e.rec.of("not-opted-in"); len(got) == 1 && !strings.Contains(got[0], "annotate it "+diskfit.OnDiskLossAnnotation+"=release") {
+		t.Errorf("event of a claim that did not opt in = %q, want what to do", got[0])
+	}
+	if got := e.rec.of("healthy-disk"); len(got) != 0 {
+		t.Errorf("events of a claim on a healthy disk = %q, want none", got)
+	}
+
+	e.step(diskGrace - time.Second)
+	for _, name := range []string{"annotated", "by-class"} {
+		if !e.pvcExists(name) {
+			t.Fatalf("claim %s released before the grace time", name)
+		}
+	}
+	e.step(time.Second)
+	for _, name := range []string{"annotated", "by-class"} {
+		if e.pvcExists(name) {
+			t.Errorf("opted-in claim %s on the failed disk: kept, want it released", name)
+		}
+		pv := e.pv("pv-" + name)
+		if pv == nil {
+			t.Fatalf("PV of released claim %s deleted, want it kept with its data", name)
+		}
+		if pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain {
+			t.Errorf("PV of released claim %s has reclaim policy %s, want Retain", name, pv.Spec.PersistentVolumeReclaimPolicy)
+		}
+		if got := e.rec.of("pv-" + name); len(got) != 1 || !strings.Contains(got[0], ReasonReleased) {
+			t.Errorf("events of PV %s = %q, want one %s", pv.Name, got, ReasonReleased)
+		}
+	}
+	if e.podExists("web-0") {
+		t.Error("pod of a released claim kept, want it deleted so its StatefulSet recreates it")
+	}
+	for _, name := range []string{"kept-by-annotation", "not-opted-in", "healthy-disk"} {
+		if !e.pvcExists(name) {
+			t.Errorf("claim %s released, want it kept", name)
+		}
+		if pv := e.pv("pv-" + name); pv == nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimDelete {
+			t.Errorf("PV of kept claim %s changed: %+v", name, pv)
+		}
+	}
+	if !e.podExists("web-1") {
+		t.Error("pod of a claim that did not opt in deleted")
+	}
+	if n := len(e.rec.of("not-opted-in")); n != 1 {
+		t.Errorf("a claim that did not opt in got %d events, want the one telling of the failure", n)
+	}
+}
+
+// TestRecoveredDiskKeepsClaims: a disk healthy again before the grace time
+// keeps its claims, which are told it recovered; failing again starts the
+// grace time over.
+func TestRecoveredDiskKeepsClaims(t *testing.T) {
+	objs := append([]runtime.Object{node("n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	e := newEnv(t, objs, diskNode("n1", "d0"))
+	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx)
+	e.step(diskGrace / 2)
+	e.setHealthy("n1", "d0", true)
+	e.c.Pass(e.ctx)
+	if got := e.rec.of("a"); len(got) != 2 || !strings.Contains(got[1], ReasonDiskRecovered) {
+		t.Errorf("events = %q, want %s then %s", got, ReasonDiskFailed, ReasonDiskRecovered)
+	}
+	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx)
+	e.step(diskGrace / 2)
+	if !e.pvcExists("a") {
+		t.Fatal("claim released a grace time after the disk first failed, though it recovered in between")
+	}
+	e.step(diskGrace / 2)
+	if e.pvcExists("a") {
+		t.Error("claim kept a grace time after the disk failed again")
+	}
+}
+
+// TestSilentNodeReleasesNothing: a node that stopped reporting (its
+// DiskNode status is old) says nothing about its disks: a disk it last
+// called unhealthy is not released however long the silence lasts, and
+// its grace time starts over when it reports again.
+func TestSilentNodeReleasesNothing(t *testing.T) {
+	objs := append([]runtime.Object{node("n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	e := newEnv(t, objs, diskNode("n1", "d0"))
+	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx)
+	for range 3 {
+		e.clock.Step(diskGrace) // no report
+		e.c.Pass(e.ctx)
+	}
+	if !e.pvcExists("a") {
+		t.Fatal("claim released on an old status")
+	}
+	e.step(time.Second) // reports again: still unhealthy
+	e.step(diskGrace - 2*time.Second)
+	if !e.pvcExists("a") {
+		t.Fatal("claim released before a grace time of fresh reports")
+	}
+	e.step(2 * time.Second)
+	if e.pvcExists("a") {
+		t.Error("claim kept a grace time of fresh reports after the disk failed")
+	}
+}
+
+// TestReleaseNeedsTheAPIServersWord: when the cache says the disk failed
+// but the API server's DiskNode says it is healthy, nothing is released.
+func TestReleaseNeedsTheAPIServersWord(t *testing.T) {
+	objs := append([]runtime.Object{node("n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	e := newEnv(t, objs, diskNode("n1", "d0"))
+	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx)
+	var reads []metav1.GetOptions
+	e.df.PrependReactor("get", "disknodes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		reads = append(reads, a.(clienttesting.GetActionImpl).GetOptions)
+		dn := diskNode("n1", "d0")
+		dn.Status.ObservedTime = metav1.NewTime(e.clock.Now())
+		return true, dn, nil
+	})
+	e.step(diskGrace)
+	if !e.pvcExists("a") {
+		t.Error("claim released though the API server says its disk is healthy")
+	}
+	if len(reads) == 0 {
+		t.Fatal("the DiskNode was never read from the API server")
+	}
+	for _, o := range reads {
+		if o.ResourceVersion != "" {
+			t.Errorf("DiskNode read with resourceVersion %q, want a quorum read", o.ResourceVersion)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package lifecycle
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/diskfit/diskfit/apis/diskfit"
+)
+
+var nodeDeletionAnnotation = map[string]string{diskfit.ReleaseOnNodeDeletionAnnotation: "true"}
+
+// TestReleaseClaimsOfDeletedNodes: a deleted Node, once it has stayed gone
+// for the grace time, has exactly the claims on it that opted in released
+// (by the node-deletion annotation, or by asking to be released on disk
+// loss): the PVC and its PV are deleted, the PV's provisioner finalizer
+// removed first (its provisioner died with the node), while claims that
+// did not opt in and claims on live nodes stay. A second pass does nothing.
+func TestReleaseClaimsOfDeletedNodes(t *testing.T) {
+	var objs []runtime.Object
+	objs = append(objs, node("alive"))
+	objs = append(objs, claim("lost", plainClass, "gone", "d0", nodeDeletionAnnotation)...)
+	objs = append(objs, claim("lost-by-class", optInClass, "gone", "d0", nil)...)
+	objs = append(objs, claim("kept", plainClass, "gone", "d1", nil)...)
+	objs = append(objs, claim("alive", plainClass, "alive", "d0", nodeDeletionAnnotation)...)
+	objs[2].(*v1.PersistentVolume).Finalizers = []string{provisionerFinalizer, "kubernetes.io/pv-protection"}
+	e := newEnv(t, objs, diskNode("alive", "d0"))
+
+	e.c.Pass(e.ctx)
+	e.step(nodeGrace - time.Second)
+	if !e.pvcExists("lost") {
+		t.Fatal("claim released before the grace time")
+	}
+	e.client.ClearActions()
+	e.step(time.Second)
+	for _, name := range []string{"lost", "lost-by-class"} {
+		if e.pvcExists(name) {
+			t.Errorf("opted-in claim %s on the deleted node kept, want it deleted", name)
+		}
+		if e.pv("pv-"+name) != nil {
+			t.Errorf("PV of %s kept, want it deleted", name)
+		}
+	}
+	read := false
+	for _, a := range e.client.Actions() {
+		switch {
+		case a.GetVerb() == "get" && a.GetResource().Resource == "nodes":
+			read = true
+		case a.GetVerb() == "delete" && !read:
+			t.Errorf("deleted %s before reading the Node again", a.GetResource().Resource)
+		}
+		if p, ok := a.(clienttesting.PatchAction); ok && p.GetName() == "pv-lost" {
+			if want := `{"metadata":{"finalizers":["kubernetes.io/pv-protection"],"resourceVersion":""}}`; string(p.GetPatch()) != want {
+				t.Errorf("finalizer patch %s, want %s", p.GetPatch(), want)
+			}
+		}
+	}
+	for _, name := range []string{"kept", "alive"} {
+		if !e.pvcExists(name) || e.pv("pv-"+name) == nil {
+			t.Errorf("claim %s or its PV deleted, want both kept", name)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(e.ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+		_, err := e.c.pvs.Get("pv-lost")
+		return err != nil, nil
+	}); err != nil {
+		t.Fatal("the released PV never left the cache")
+	}
+	e.client.ClearActions()
+	e.c.Pass(e.ctx)
+	for _, a := range e.client.Actions() {
+		if a.GetVerb() == "delete" || a.GetVerb() == "patch" {
+			t.Errorf("second pass did %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+}
+
+// TestNodeMissingOnlyFromTheCacheKeepsItsClaims: the cache misses a Node
+// the API server has (a relist in progress, a missed watch event).
+// However long that lasts, nothing is released; the controller asks the
+// API server with quorum reads (no resourceVersion).
+func TestNodeMissingOnlyFromTheCacheKeepsItsClaims(t *testing.T) {
+	e := newEnv(t, claim("lost", plainClass, "gone", "d0", nodeDeletionAnnotation))
+	var gets []metav1.GetOptions
+	e.client.PrependReactor("get", "nodes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		gets = append(gets, a.(clienttesting.GetActionImpl).GetOptions)
+		return true, node("gone"), nil
+	})
+	for range 3 {
+		e.step(nodeGrace)
+	}
+	if !e.pvcExists("lost") {
+		t.Fatal("claim released while the API server has its Node")
+	}
+	if len(gets) == 0 {
+		t.Fatal("the Node was never read from the API server")
+	}
+	for _, o := range gets {
+		if o.ResourceVersion != "" {
+			t.Errorf("Node read with resourceVersion %q, want a quorum read", o.ResourceVersion)
+		}
+	}
+}
+
+// TestNodeBackDuringGraceResetsClock: a Node that comes back while its
+// claims wait keeps them, and when it is gone again the grace time counts
+// from then.
+func TestNodeBackDuringGraceResetsClock(t *testing.T) {
+	e := newEnv(t, claim("lost", plainClass, "gone", "d0", nodeDeletionAnnotation))
+	inCache := func(want bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(e.ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+			_, err := e.c.nodes.Get("gone")
+			return (err == nil) == want, nil
+		}); err != nil {
+			t.Fatal("the Node cache never caught up")
+		}
+	}
+	e.c.Pass(e.ctx)
+	e.step(nodeGrace / 2)
+	if _, err := e.client.CoreV1().Nodes().Create(e.ctx, node("gone"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	inCache(true)
+	e.step(0)
+	if err := e.client.CoreV1().Nodes().Delete(e.ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	inCache(false)
+	e.step(0)
+	e.step(nodeGrace / 2)
+	if !e.pvcExists("lost") {
+		t.Fatal("claim released a grace time after the Node first went, though it came back in between")
+	}
+	e.step(nodeGrace / 2)
+	if e.pvcExists("lost") {
+		t.Error("claim kept a grace time after the Node went again")
+	}
+}

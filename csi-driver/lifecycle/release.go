@@ -1,0 +1,125 @@
+package lifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// provisionerFinalizer is the finalizer external-provisioner puts on the
+// PVs it provisioned, removed once it has deleted the volume.
+const provisionerFinalizer = "external-provisioner.volume.kubernetes.io/finalizer"
+
+// Claim is a bound claim and its diskfit volume.
+type Claim struct {
+	PVC *v1.PersistentVolumeClaim
+	PV  *v1.PersistentVolume
+}
+
+// ReleaseKeepingData lets a claim go from a disk whose volume its
+// workload no longer needs there (the disk failed, or an admin drains
+// it): the PV's reclaim policy becomes Retain, so the volume and its data
+// stay on the disk until an admin deletes the PV; then the claim and the
+// pods on the volume's node that use it are deleted, so a StatefulSet
+// recreates pod and claim and the new volume is placed on a working disk.
+// Every write carries the UID it was decided for, so a claim re-created
+// meanwhile under the same name is not touched.
+func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Claim, node string) error {
+	if c.PV.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain {
+		patch, _ := json.Marshal(map[string]any{
+			"metadata": map[string]any{"uid": c.PV.UID},
+			"spec":     map[string]any{"persistentVolumeReclaimPolicy": v1.PersistentVolumeReclaimRetain},
+		})
+		if _, err := client.CoreV1().PersistentVolumes().Patch(ctx, c.PV.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("keeping the data of PV %s (reclaim policy Retain): %w", c.PV.Name, err)
+		}
+	}
+	if err := deleteClaim(ctx, client, c.PVC); err != nil {
+		return err
+	}
+	return deletePodsUsing(ctx, client, c.PVC, node)
+}
+
+// ReleaseWithNode lets a claim go whose node was deleted: the claim and
+// the PV are deleted. The PV's provisioner died with the node and can
+// never remove its finalizer, so that finalizer is removed here. Whatever
+// the machine held stays on it: the driver never removes a volume that
+// had a PV (docs/reliability.md).
+func ReleaseWithNode(ctx context.Context, client kubernetes.Interface, c Claim) error {
+	if err := deleteClaim(ctx, client, c.PVC); err != nil {
+		return err
+	}
+	if slices.Contains(c.PV.Finalizers, provisionerFinalizer) {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"finalizers":      slices.DeleteFunc(slices.Clone(c.PV.Finalizers), func(f string) bool { return f == provisionerFinalizer }),
+			"resourceVersion": c.PV.ResourceVersion,
+		}})
+		_, err := client.CoreV1().PersistentVolumes().Patch(ctx, c.PV.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("removing the provisioner's finalizer from PV %s: %w", c.PV.Name, err)
+		}
+	}
+	err := client.CoreV1().PersistentVolumes().Delete(ctx, c.PV.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &c.PV.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting PV %s: %w", c.PV.Name, err)
+	}
+	return nil
+}
+
+func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) error {
+	err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &pvc.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	return nil
+}
+
+// deletePodsUsing deletes the pods on node that mount pvc. A claim in use
+// by a scheduled pod is not removed (PVC protection) and the pod could
+// never start again on its lost volume.
+func deletePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) error {
+	pods, err := PodsUsing(ctx, client, pvc, node)
+	if err != nil {
+		return err
+	}
+	for _, pod := range pods {
+		err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting pod %s/%s, which uses PVC %s: %w", pod.Namespace, pod.Name, pvc.Name, err)
+		}
+	}
+	return nil
+}
+
+// PodsUsing lists, from the API server, the pods on node that mount pvc.
+func PodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) ([]v1.Pod, error) {
+	list, err := client.CoreV1().Pods(pvc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of node %s in %s: %w", node, pvc.Namespace, err)
+	}
+	var pods []v1.Pod
+	for _, pod := range list.Items {
+		if pod.Spec.NodeName != node {
+			continue
+		}
+		if slices.ContainsFunc(pod.Spec.Volumes, func(v v1.Volume) bool {
+			return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc.Name
+		}) {
+			pods = append(pods, pod)
+		}
+	}
+	return pods, nil
+}

@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/lifecycle"
+)
+
+// A disk fails under a running StatefulSet replica whose StorageClass asks
+// for release on disk loss (diskfit.io/on-disk-loss: release). The disk
+// is made to vanish from under the driver, as a pulled or dead device does:
+// its filesystem is detached from the disk's path. Its DiskNode says so,
+// the claim and its pod are told (Warning events), and once the disk has
+// been unhealthy for the controller's grace time the claim is released:
+// the StatefulSet recreates claim and pod, and the new volume is on
+// another disk. The old volume's PV is kept with reclaim policy Retain;
+// when the disk comes back its data file is still there, fully allocated,
+// until an admin sets the PV's policy to Delete, which deletes it.
+func TestStatefulSetMovesOffAFailedDisk(t *testing.T) {
+	needLocal(t)
+	ctx := ctxFor(t, 8*time.Minute)
+	class := newStorageClass(t, "")
+	sc, err := kube.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// StorageClass parameters cannot change: a copy that opts in.
+	sc.ObjectMeta = metav1.ObjectMeta{Name: class + "-release"}
+	sc.Parameters = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}
+	if _, err := kube.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{}) })
+
+	sts := statefulSet("lostdisk", diskfit.SchedulerName, sc.Name, 1, 300*mi)
+	if _, err := kube.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.AppsV1().StatefulSets("default").Delete(context.Background(), "lostdisk", metav1.DeleteOptions{})
+	})
+	const claimName = "data0-lostdisk-0"
+	first := waitRunning(t, kube, "lostdisk-0", "")
+	firstClaim, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), claimName, metav1.DeleteOptions{})
+	})
+	pvName := firstClaim.Spec.VolumeName
+	at := placementOf(t, pvName)
+	pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, key, _ := strings.Cut(pv.Spec.CSI.VolumeHandle, ":")
+	dataFile := filepath.Join(hostDiskPath(at.node, at.disk), "diskfit", "volumes", key+".img")
+
+	restore := failDisk(t, at.node, at.disk)
+	t.Cleanup(restore)
+	waitEvent(t, "default", claimName, firstClaim.UID, lifecycle.ReasonDiskFailed, time.Minute)
+	waitEvent(t, "default", "lostdisk-0", first.UID, lifecycle.ReasonDiskFailed, time.Minute)
+
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pvc, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && pvc.UID != firstClaim.UID), nil
+	})
+	if err != nil {
+		t.Fatalf("the claim on failed disk %s/%s was not released: %v", at.node, at.disk, err)
+	}
+	moved := waitRunning(t, kube, "lostdisk-0", first.UID)
+	newClaim, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil || newClaim.Status.Phase != v1.ClaimBound {
+		t.Fatalf("want a new bound claim %s, got %v (err %v)", claimName, newClaim, err)
+	}
+	if now := placementOf(t, newClaim.Spec.VolumeName); now == at {
+		t.Fatalf("the new volume is on the failed disk %s/%s", at.node, at.disk)
+	} else {
+		t.Logf("replica moved from failed disk %s/%s to %s/%s (pod on %s)", at.node, at.disk, now.node, now.disk, moved.Spec.NodeName)
+	}
+
+	kept, err := kube.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the released volume's PV: %v, want it kept", err)
+	}
+	if kept.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain {
+		t.Errorf("the released volume's PV has reclaim policy %s, want Retain", kept.Spec.PersistentVolumeReclaimPolicy)
+	}
+	waitEvent(t, "", pvName, kept.UID, lifecycle.ReasonReleased, time.Minute)
+
+	// The disk comes back: the data is still there.
+	restore()
+	var st syscall.Stat_t
+	if err := syscall.Stat(dataFile, &st); err != nil {
+		t.Fatalf("the released volume's data file after the disk came back: %v", err)
+	}
+	if st.Blocks*512 < st.Size {
+		t.Errorf("the released volume's data file has %d of %d bytes allocated", st.Blocks*512, st.Size)
+	}
+	// The admin lets it go.
+	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`)
+	if _, err := kube.CoreV1().PersistentVolumes().Patch(ctx, pvName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := kube.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+		_, statErr := os.Stat(dataFile)
+		return apierrors.IsNotFound(err) && os.IsNotExist(statErr), nil
+	})
+	if err != nil {
+		t.Errorf("with reclaim policy Delete, the released PV and its data file were not deleted: %v", err)
+	}
+}
+
+// failDisk detaches a local node's disk filesystem from the disk's path
+// (lazily: attached volumes keep it alive), as a device that died or was
+// pulled leaves it; the returned function mounts it back, once.
+func failDisk(t *testing.T, node, disk string) (restore func()) {
+	t.Helper()
+	path := hostDiskPath(node, disk)
+	out, err := exec.Command("findmnt", "-n", "-o", "SOURCE", "--mountpoint", path).Output()
+	if err != nil {
+		t.Fatalf("finding the device of %s: %v", path, err)
+	}
+	dev := strings.TrimSpace(string(out))
+	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil {
+		t.Fatalf("detaching %s: %v", path, err)
+	}
+	done := false
+	return func() {
+		if done {
+			return
+		}
+		done = true
+		if out, err := exec.Command("mount", dev, path).CombinedOutput(); err != nil {
+			t.Errorf("mounting %s back on %s: %v: %s", dev, path, err, out)
+		}
+	}
+}
+
+// waitEvent waits for an event with reason about the object of that name
+// and UID.
+func waitEvent(t *testing.T, ns, name string, uid types.UID, reason string, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, timeout+time.Second), time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+		list, err := kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == uid && e.Reason == reason {
+				t.Logf("event on %s: %s: %s", name, e.Reason, e.Message)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no %s event on %s: %v", reason, name, err)
+	}
+}
