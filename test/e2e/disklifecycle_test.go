@@ -44,7 +44,9 @@ func TestStatefulSetMovesOffAFailedDisk(t *testing.T) {
 	if _, err := kube.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = kube.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = kube.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
+	})
 
 	sts := statefulSet("lostdisk", diskfit.SchedulerName, sc.Name, 1, 300*mi)
 	if _, err := kube.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
