@@ -60,10 +60,6 @@ func run(ctx context.Context, o options) error {
 	if faults != nil {
 		klog.FromContext(ctx).Info("WARNING: test-only fault injection is on, the driver will kill itself", "env", fault.EnvVar, "step", faults.Step())
 	}
-	nodeCfg, err := config.Load(o.configPath)
-	if err != nil {
-		return err
-	}
 	restCfg, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return err
@@ -75,6 +71,11 @@ func run(ctx context.Context, o options) error {
 	dc, err := versioned.NewForConfig(restCfg)
 	if err != nil {
 		return fmt.Errorf("creating DiskNode client: %w", err)
+	}
+	src := &config.Source{Path: o.configPath, NodeName: o.nodeID, Labels: kube.NodeLabels{Client: kc, NodeName: o.nodeID}.Get}
+	nodeCfg, err := src.Load(ctx)
+	if err != nil {
+		return err
 	}
 	diskNode := kube.DiskNodePublisher{Kube: kc, DiskFit: dc, NodeName: o.nodeID}
 	cfg := driver.Config{

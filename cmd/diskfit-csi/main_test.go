@@ -32,8 +32,8 @@ current-context: c
 		killAt  string
 		wantErr string
 	}{
-		{name: "missing config", opts: options{configPath: filepath.Join(dir, "nope.yaml")}, wantErr: "reading node config"},
-		{name: "bad config", opts: options{configPath: kubeconfig}, wantErr: "unknown field"},
+		{name: "missing config", opts: options{configPath: filepath.Join(dir, "nope.yaml"), kubeconfig: kubeconfig}, wantErr: "reading node config"},
+		{name: "bad config", opts: options{configPath: kubeconfig, kubeconfig: kubeconfig}, wantErr: "unknown field"},
 		{name: "outside a cluster without kubeconfig", opts: options{configPath: cfg}, wantErr: "pass --kubeconfig"},
 		{name: "no node ID", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", kubeletDir: dir, resync: 1}, wantErr: "node ID is required"},
 		{name: "unknown fault step", opts: options{configPath: cfg}, killAt: "CreateVolume/nowhere", wantErr: "names no step"},

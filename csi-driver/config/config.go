@@ -12,19 +12,23 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
-// NodeConfig is the node config file's content.
+// NodeConfig is one node's config: the node config file resolved for the
+// node (see File.Resolve).
 type NodeConfig struct {
 	// MaxVolumes caps the volumes this node takes (NodeGetInfo's
 	// max_volumes_per_node); 0 means no limit.
 	MaxVolumes int64 `json:"maxVolumes,omitempty"`
 	// Disks are the disks this node offers, at least one.
 	Disks []Disk `json:"disks"`
+	// Section names the part of the file the config comes from.
+	Section string `json:"-"`
+	// Notes say which mounts discovery skipped and why.
+	Notes []string `json:"-"`
 }
 
 // Disk is one disk of the node.
@@ -60,36 +64,26 @@ func (d *Disk) ReservedBytes() int64 {
 
 var vgNameRE = regexp.MustCompile(`^[A-Za-z0-9+_.][A-Za-z0-9+_.-]{0,126}$`)
 
-// Load reads and validates the node config file at path.
-func Load(path string) (*NodeConfig, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading node config: %w", err)
-	}
-	cfg, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("node config %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
-// Parse decodes data strictly (unknown keys and duplicate keys are errors),
-// fills defaults and validates the result, including that the paths and
-// devices it names exist.
+// Parse decodes data strictly (unknown keys and duplicate keys are errors)
+// and resolves it for a node that no section names or selects: the
+// top-level config, defaults filled and validated, including that the
+// paths and devices it names exist.
 func Parse(data []byte) (*NodeConfig, error) {
-	var cfg NodeConfig
-	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
-	for i := range cfg.Disks {
-		if cfg.Disks[i].Backend == "" {
-			cfg.Disks[i].Backend = v1alpha1.BackendFile
-		}
-	}
-	if err := cfg.Validate(); err != nil {
+	f, err := Decode(data)
+	if err != nil {
 		return nil, err
 	}
-	return &cfg, nil
+	return f.Resolve("", nil)
+}
+
+// complete fills defaults and validates the config.
+func (c *NodeConfig) complete() error {
+	for i := range c.Disks {
+		if c.Disks[i].Backend == "" {
+			c.Disks[i].Backend = v1alpha1.BackendFile
+		}
+	}
+	return c.Validate()
 }
 
 // Validate checks the config and returns every problem found, joined.

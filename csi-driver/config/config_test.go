@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,10 +101,10 @@ func TestLoad(t *testing.T) {
 	if err := os.WriteFile(p, []byte("disks:\n- name: d\n  path: "+dir+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(p); err != nil {
+	if _, err := (&Source{Path: p, NodeName: "n"}).Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil {
+	if _, err := (&Source{Path: filepath.Join(dir, "missing.yaml"), NodeName: "n"}).Load(context.Background()); err == nil {
 		t.Error("loading a missing file succeeded")
 	}
 }

@@ -87,3 +87,18 @@ func (p DiskNodePublisher) create(ctx context.Context) (*v1alpha1.DiskNode, erro
 	}
 	return created, nil
 }
+
+// NodeLabels reads the labels of the node, for the node config's sections.
+type NodeLabels struct {
+	Client   kubernetes.Interface
+	NodeName string
+}
+
+// Get returns the node's labels.
+func (n NodeLabels) Get(ctx context.Context) (map[string]string, error) {
+	node, err := n.Client.CoreV1().Nodes().Get(ctx, n.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Node %s: %w", n.NodeName, err)
+	}
+	return node.Labels, nil
+}
