@@ -5,11 +5,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -34,6 +36,7 @@ type options struct {
 	metricsAddress string
 	resync         time.Duration
 	orphanGrace    time.Duration
+	reload         time.Duration
 }
 
 func main() {
@@ -48,6 +51,8 @@ func main() {
 	fs.DurationVar(&o.resync, "disknode-resync", 30*time.Second, "how often the DiskNode status is refreshed")
 	fs.DurationVar(&o.orphanGrace, "orphan-grace-period", 10*time.Minute,
 		"remove a volume that never had a PersistentVolume (a snapshot that never had a VolumeSnapshotContent) once it has been without one this long; 0 removes nothing. Whatever once had one is never removed by the driver")
+	fs.DurationVar(&o.reload, "config-reload-interval", 10*time.Second,
+		"how often the node config file and the mounts below its discover paths are read again; new disks and changed reserves and device classes apply live")
 	command.Run("diskfit-csi", fs, func(ctx context.Context) error { return run(ctx, o) })
 }
 
@@ -74,8 +79,19 @@ func run(ctx context.Context, o options) error {
 	}
 	src := &config.Source{Path: o.configPath, NodeName: o.nodeID, Labels: kube.NodeLabels{Client: kc, NodeName: o.nodeID}.Get}
 	nodeCfg, err := src.Load(ctx)
-	if err != nil {
+	var noDisks error
+	if errors.Is(err, config.ErrNoSection) {
+		// Not a crash loop: the driver runs without disks, says why, and
+		// takes the config once a section selects the node.
+		klog.FromContext(ctx).Error(err, "This node has no disks until the node config selects it")
+		nodeCfg, noDisks = &config.NodeConfig{}, err
+	} else if err != nil {
 		return err
+	}
+	events := kube.NewDiskNodeEvents(ctx, kc, dc, o.nodeID)
+	defer events.Shutdown()
+	if noDisks != nil {
+		events.Event(ctx, corev1.EventTypeWarning, driver.ReasonInvalidConfig, noDisks.Error())
 	}
 	diskNode := kube.DiskNodePublisher{Kube: kc, DiskFit: dc, NodeName: o.nodeID}
 	cfg := driver.Config{
@@ -90,6 +106,10 @@ func run(ctx context.Context, o options) error {
 		Spec:              diskNode,
 		OrphanGracePeriod: o.orphanGrace,
 		Faults:            faults,
+		Source:            src,
+		ReloadInterval:    o.reload,
+		Events:            events,
+		NoDisksReason:     noDisks,
 	}
 	// The PV informer stops (Shutdown waits for it) when run returns,
 	// whyever it does.

@@ -188,6 +188,9 @@ type Backend interface {
 	Health(ctx context.Context) error
 	// Usage reports capacity and free space.
 	Usage(ctx context.Context) (Usage, error)
+	// SetReserved changes the headroom kept free, for the next Usage and
+	// allocation on.
+	SetReserved(bytes int64)
 	// CreateVolume makes a volume. On failure nothing of it is left.
 	CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error)
 	// DeleteVolume removes a volume; a missing volume is not an error.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,7 +38,7 @@ const (
 // leaves either nothing or a record that says what to finish or undo.
 type File struct {
 	path     string
-	reserved int64
+	reserved atomic.Int64
 	// faults stops the process between steps in crash tests; nil otherwise.
 	faults *fault.Injector
 
@@ -57,14 +58,18 @@ var _ Backend = &File{}
 // keeps reserved bytes free. faults is nil outside crash tests.
 func NewFile(path string, reserved int64, faults *fault.Injector) *File {
 	dir := filepath.Join(path, stateDirName)
-	return &File{
+	f := &File{
 		path:      path,
-		reserved:  reserved,
 		faults:    faults,
 		volumes:   filepath.Join(dir, volumesDirName),
 		snapshots: filepath.Join(dir, snapshotDirName),
 	}
+	f.reserved.Store(reserved)
+	return f
 }
+
+// SetReserved implements Backend.
+func (f *File) SetReserved(bytes int64) { f.reserved.Store(bytes) }
 
 // Kind implements Backend.
 func (f *File) Kind() v1alpha1.Backend { return v1alpha1.BackendFile }
@@ -280,7 +285,8 @@ func (f *File) Usage(_ context.Context) (Usage, error) {
 		}
 		avail -= cow
 	}
-	u := Usage{CapacityBytes: max(size-f.reserved, 0), FreeBytes: max(avail-f.reserved, 0)}
+	reserved := f.reserved.Load()
+	u := Usage{CapacityBytes: max(size-reserved, 0), FreeBytes: max(avail-reserved, 0)}
 	u.FreeBytes = min(u.FreeBytes, u.CapacityBytes)
 	return u, nil
 }

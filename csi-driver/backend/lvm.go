@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
@@ -72,7 +73,7 @@ type LVM struct {
 	vg              string
 	device          string
 	allowInitialize bool
-	reserved        int64
+	reserved        atomic.Int64
 	run             Runner
 	dmControl       string
 	// dmErr is set at Start when device-mapper is missing; the disk then
@@ -86,8 +87,13 @@ var _ Backend = &LVM{}
 // NewLVM returns a backend for volume group vg. When allowInitialize is set
 // and the group does not exist, Start creates it on device.
 func NewLVM(vg, device string, allowInitialize bool, reserved int64, run Runner) *LVM {
-	return &LVM{vg: vg, device: device, allowInitialize: allowInitialize, reserved: reserved, run: run, dmControl: DeviceMapperControl}
+	l := &LVM{vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: DeviceMapperControl}
+	l.reserved.Store(reserved)
+	return l
 }
+
+// SetReserved implements Backend.
+func (l *LVM) SetReserved(bytes int64) { l.reserved.Store(bytes) }
 
 // Kind implements Backend.
 func (l *LVM) Kind() v1alpha1.Backend { return v1alpha1.BackendLVM }
@@ -151,8 +157,9 @@ func (l *LVM) Usage(ctx context.Context) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
-	u.CapacityBytes = max(u.CapacityBytes-l.reserved, 0)
-	u.FreeBytes = min(max(u.FreeBytes-l.reserved, 0), u.CapacityBytes)
+	reserved := l.reserved.Load()
+	u.CapacityBytes = max(u.CapacityBytes-reserved, 0)
+	u.FreeBytes = min(max(u.FreeBytes-reserved, 0), u.CapacityBytes)
 	return u, nil
 }
 

@@ -53,7 +53,7 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 }
 
 func (d *Driver) snapshotsSupported() bool {
-	for _, dk := range d.disks {
+	for _, dk := range d.disks() {
 		if dk.unavailable() == nil && dk.backend.SupportsSnapshots() {
 			return true
 		}
@@ -119,6 +119,11 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
+	release, err := target.hold()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	vol, err = target.backend.CreateVolume(ctx, creq)
 	if errors.Is(err, backend.ErrNoSpace) {
 		// Another volume took the space between the check and fallocate;
@@ -153,7 +158,7 @@ func (d *Driver) checkRequisite(ar *csi.TopologyRequirement) error {
 // has it. Unhealthy disks are skipped: their volumes cannot be served, and
 // a disk whose tools fail must not block creation on the others.
 func (d *Driver) findVolume(ctx context.Context, key string) (*disk, *backend.Volume, error) {
-	for _, dk := range d.disks {
+	for _, dk := range d.disks() {
 		if dk.health(ctx) != nil {
 			continue
 		}
@@ -263,8 +268,8 @@ func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size
 		if out, reason := spec.DiskUnschedulable(dk.name); out {
 			return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s is unschedulable (taken out of service in its DiskNode spec: %q)", dk.name, d.cfg.NodeID, reason)
 		}
-		if class != "" && dk.deviceClass != class {
-			return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s has device class %q, the StorageClass asks for %q", dk.name, d.cfg.NodeID, dk.deviceClass, class)
+		if class != "" && dk.class() != class {
+			return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s has device class %q, the StorageClass asks for %q", dk.name, d.cfg.NodeID, dk.class(), class)
 		}
 		u, err := dk.backend.Usage(ctx)
 		if err != nil {
@@ -278,8 +283,8 @@ func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size
 	var best *disk
 	var bestFree, largest int64
 	largestName := ""
-	for _, dk := range d.disks {
-		if out, _ := spec.DiskUnschedulable(dk.name); out || (class != "" && dk.deviceClass != class) || dk.health(ctx) != nil {
+	for _, dk := range d.disks() {
+		if out, _ := spec.DiskUnschedulable(dk.name); out || (class != "" && dk.class() != class) || dk.health(ctx) != nil {
 			continue
 		}
 		u, err := dk.backend.Usage(ctx)
@@ -513,7 +518,7 @@ func (d *Driver) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 		return nil, err
 	}
 	var entries []*csi.ListVolumesResponse_Entry
-	for _, dk := range d.disks {
+	for _, dk := range d.disks() {
 		if dk.health(ctx) != nil {
 			continue
 		}
@@ -621,8 +626,8 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	}
 	class := req.GetParameters()[diskfit.DeviceClassParameter]
 	var total, largest int64
-	for _, dk := range d.disks {
-		if out, _ := spec.DiskUnschedulable(dk.name); out || (class != "" && dk.deviceClass != class) || dk.health(ctx) != nil {
+	for _, dk := range d.disks() {
+		if out, _ := spec.DiskUnschedulable(dk.name); out || (class != "" && dk.class() != class) || dk.health(ctx) != nil {
 			continue
 		}
 		u, err := dk.backend.Usage(ctx)
@@ -651,7 +656,7 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	}
 	key := backend.KeyForName(req.GetName())
 	defer d.locks.lock("snapshot/" + key)()
-	for _, other := range d.disks {
+	for _, other := range d.disks() {
 		if other.health(ctx) != nil {
 			continue
 		}
@@ -673,6 +678,11 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	if !dk.backend.SupportsSnapshots() {
 		return nil, status.Errorf(codes.FailedPrecondition, "disk %s cannot take snapshots (no reflink)", dk.name)
 	}
+	release, err := dk.hold()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	snap, err := dk.backend.CreateSnapshot(ctx, key, req.GetName(), srcKey)
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("creating snapshot %q: %w", req.GetName(), err))
@@ -743,7 +753,7 @@ func (d *Driver) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		return nil, err
 	}
 	var entries []*csi.ListSnapshotsResponse_Entry
-	for _, dk := range d.disks {
+	for _, dk := range d.disks() {
 		if dk.health(ctx) != nil {
 			continue
 		}

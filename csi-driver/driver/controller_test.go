@@ -232,7 +232,7 @@ func TestVolumeIDValidation(t *testing.T) {
 func TestGetCapacityAndListVolumes(t *testing.T) {
 	e := newEnv(t, twoDisks(), nil)
 	usage := map[string]backend.Usage{}
-	for _, dk := range e.d.disks {
+	for _, dk := range e.d.disks() {
 		u, err := dk.backend.Usage(e.ctx)
 		if err != nil {
 			t.Fatal(err)

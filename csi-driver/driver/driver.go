@@ -90,13 +90,46 @@ type Config struct {
 	LVMRunner backend.Runner
 	// DeviceMapperControl overrides backend.DeviceMapperControl in tests.
 	DeviceMapperControl string
+	// Source gives the node config as it is now; nil means the config
+	// never changes while the driver runs. See reload.go.
+	Source ConfigSource
+	// ReloadInterval is how often Source is read; 10s when zero.
+	ReloadInterval time.Duration
+	// Events records Kubernetes Events on the node's DiskNode; nil
+	// records none (the driver logs them either way).
+	Events EventRecorder
+	// NoDisksReason, when set, is why the node has no config (no section
+	// of the file selects it): Node then has no disks, and every call
+	// that needs a disk answers Unavailable with it until Source gives a
+	// config.
+	NoDisksReason error
+}
+
+// ConfigSource gives the node config the driver should run with now.
+type ConfigSource interface {
+	Load(ctx context.Context) (*config.NodeConfig, error)
+}
+
+// EventRecorder records a Kubernetes Event on the node's DiskNode.
+type EventRecorder interface {
+	Event(ctx context.Context, eventType, reason, message string)
 }
 
 // disk is one configured disk and its backend.
 type disk struct {
-	name        string
-	deviceClass string
-	backend     backend.Backend
+	name    string
+	backend backend.Backend
+	// conf is the config the disk was made from; a reload changes only
+	// its device class and reserve in place (see reload.go).
+	conf        config.Disk
+	deviceClass atomic.Pointer[string]
+
+	// use is held shared by every call that puts something new on the
+	// disk (a volume, a snapshot) and by start, and exclusively by
+	// retire, which checks that the disk is empty and marks it retired
+	// so that nothing is put on it any more.
+	use     sync.RWMutex
+	retired bool
 
 	mu sync.RWMutex
 	// startErr is why the backend could not start (yet). The disk is then
@@ -113,9 +146,17 @@ func (dk *disk) unavailable() error {
 	return dk.startErr
 }
 
+// class returns the disk's device class.
+func (dk *disk) class() string { return *dk.deviceClass.Load() }
+
 // start starts the disk's backend and records the outcome.
 func (dk *disk) start(ctx context.Context) error {
-	err := dk.backend.Start(ctx)
+	release, err := dk.hold()
+	if err != nil {
+		return err
+	}
+	defer release()
+	err = dk.backend.Start(ctx)
 	if err != nil {
 		err = fmt.Errorf("starting disk: %w", err)
 	}
@@ -140,12 +181,14 @@ type Driver struct {
 
 	cfg        Config
 	kubeletDir string
-	disks      []*disk
-	byName     map[string]*disk
-	locks      *keyLocks
-	mounter    *mount.SafeFormatAndMount
-	exec       utilexec.Interface
-	ready      atomic.Bool
+	// set is the disks served now; a reload replaces it (copy on write),
+	// so readers need no lock.
+	set     atomic.Pointer[diskSet]
+	reloads reloadState
+	locks   *keyLocks
+	mounter *mount.SafeFormatAndMount
+	exec    utilexec.Interface
+	ready   atomic.Bool
 	// kick asks the status loop for an early refresh.
 	kick        chan struct{}
 	metrics     metrics.CSIMetricsManager
@@ -165,8 +208,17 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Node == nil {
 		errs = append(errs, errors.New("node config is required"))
-	} else if err := cfg.Node.Validate(); err != nil {
-		errs = append(errs, err)
+	} else if cfg.NoDisksReason != nil && len(cfg.Node.Disks) > 0 {
+		errs = append(errs, errors.New("a node config without disks cannot have disks"))
+	} else if cfg.NoDisksReason == nil {
+		if err := cfg.Node.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if cfg.ReloadInterval < 0 {
+		errs = append(errs, errors.New("reload interval must not be negative"))
+	} else if cfg.ReloadInterval == 0 {
+		cfg.ReloadInterval = defaultReloadInterval
 	}
 	if !filepath.IsAbs(cfg.KubeletDir) {
 		errs = append(errs, fmt.Errorf("kubelet directory %q is not absolute", cfg.KubeletDir))
@@ -191,7 +243,6 @@ func New(cfg Config) (*Driver, error) {
 	d := &Driver{
 		cfg:        cfg,
 		kubeletDir: kubeletDir,
-		byName:     map[string]*disk{},
 		locks:      newKeyLocks(),
 		mounter:    mount.NewSafeFormatAndMount(mount.New(""), ex),
 		exec:       ex,
@@ -200,30 +251,73 @@ func New(cfg Config) (*Driver, error) {
 		metrics:    metrics.NewCSIMetricsManagerForPlugin(diskfit.DriverName),
 	}
 	d.diskMetrics = newDiskMetrics(d.metrics.GetRegistry())
+	var disks []*disk
 	for _, dc := range cfg.Node.Disks {
-		var b backend.Backend
-		switch dc.Backend {
-		case v1alpha1.BackendLVM:
-			l := backend.NewLVM(dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), cfg.LVMRunner)
-			if cfg.DeviceMapperControl != "" {
-				l.SetDeviceMapperControl(cfg.DeviceMapperControl)
-			}
-			b = l
-		default:
-			b = backend.NewFile(dc.Path, dc.ReservedBytes(), cfg.Faults)
-		}
-		dk := &disk{name: dc.Name, deviceClass: dc.DeviceClass, backend: b}
-		d.disks = append(d.disks, dk)
-		d.byName[dk.name] = dk
+		disks = append(disks, d.newDisk(dc))
 	}
+	d.set.Store(newDiskSet(disks, cfg.NoDisksReason))
+	d.reloads = reloadState{maxVolumes: cfg.Node.MaxVolumes, notes: cfg.Node.Notes}
 	return d, nil
 }
+
+// newDisk makes the disk and its backend from its config.
+func (d *Driver) newDisk(dc config.Disk) *disk {
+	var b backend.Backend
+	switch dc.Backend {
+	case v1alpha1.BackendLVM:
+		l := backend.NewLVM(dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), d.cfg.LVMRunner)
+		if d.cfg.DeviceMapperControl != "" {
+			l.SetDeviceMapperControl(d.cfg.DeviceMapperControl)
+		}
+		b = l
+	default:
+		b = backend.NewFile(dc.Path, dc.ReservedBytes(), d.cfg.Faults)
+	}
+	dk := &disk{name: dc.Name, backend: b, conf: dc}
+	dk.deviceClass.Store(&dc.DeviceClass)
+	return dk
+}
+
+// diskSet is the disks the driver serves. It never changes once made: a
+// reload makes a new one.
+type diskSet struct {
+	list   []*disk
+	byName map[string]*disk
+	// noDisks is why there are no disks: no section of the node config
+	// selects the node.
+	noDisks error
+}
+
+func newDiskSet(list []*disk, noDisks error) *diskSet {
+	s := &diskSet{list: list, byName: map[string]*disk{}}
+	for _, dk := range list {
+		s.byName[dk.name] = dk
+	}
+	if len(list) == 0 {
+		s.noDisks = noDisks
+	}
+	return s
+}
+
+// current returns the disk set served now; a zero Driver serves none.
+func (d *Driver) current() *diskSet {
+	if s := d.set.Load(); s != nil {
+		return s
+	}
+	return &diskSet{}
+}
+
+// disks returns the disks served now.
+func (d *Driver) disks() []*disk { return d.current().list }
 
 // Start starts every disk's backend and marks the driver ready. Run calls
 // it; tests that call the services directly call it themselves.
 func (d *Driver) Start(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	for _, dk := range d.disks {
+	for _, n := range d.cfg.Node.Notes {
+		logger.Info("Node config discovery", "note", n)
+	}
+	for _, dk := range d.disks() {
 		if err := dk.start(ctx); err != nil {
 			logger.Error(err, "Disk unavailable, starting it again at every status refresh", "disk", dk.name)
 			continue
@@ -273,6 +367,13 @@ func (d *Driver) Run(ctx context.Context) error {
 		defer close(statusDone)
 		d.statusLoop(ctx)
 	}()
+	reloadDone := make(chan struct{})
+	go func() {
+		defer close(reloadDone)
+		if d.cfg.Source != nil {
+			d.reloadLoop(ctx)
+		}
+	}()
 	orphansDone := make(chan struct{})
 	go func() {
 		defer close(orphansDone)
@@ -280,7 +381,7 @@ func (d *Driver) Run(ctx context.Context) error {
 			d.orphanLoop(ctx)
 		}
 	}()
-	logger.Info("Serving CSI", "endpoint", d.cfg.Endpoint, "node", d.cfg.NodeID, "disks", len(d.disks))
+	logger.Info("Serving CSI", "endpoint", d.cfg.Endpoint, "node", d.cfg.NodeID, "disks", len(d.disks()))
 
 	select {
 	case <-ctx.Done():
@@ -304,6 +405,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		_ = httpSrv.Shutdown(shutdownCtx)
 	}
 	<-statusDone
+	<-reloadDone
 	<-orphansDone
 	return nil
 }
@@ -377,11 +479,14 @@ func (d *Driver) readyInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if !d.ready.Load() && !answersBeforeReady[info.FullMethod] {
 		return nil, status.Error(codes.Unavailable, "the driver is still scanning its disks")
 	}
+	if err := d.current().noDisks; err != nil && !answersBeforeReady[info.FullMethod] {
+		return nil, status.Errorf(codes.Unavailable, "node %s has no disks: %v", d.cfg.NodeID, err)
+	}
 	return handler(ctx, req)
 }
 
 // disk returns the named disk or nil.
-func (d *Driver) disk(name string) *disk { return d.byName[name] }
+func (d *Driver) disk(name string) *disk { return d.current().byName[name] }
 
 // triggerStatus asks for an early DiskNode refresh without waiting for it.
 func (d *Driver) triggerStatus() {

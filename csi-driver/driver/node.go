@@ -733,7 +733,7 @@ func (d *Driver) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 // disk, none when all are healthy.
 func (d *Driver) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
 	resp := &csi.NodeGetStorageHealthResponse{}
-	for _, dk := range d.disks {
+	for _, dk := range d.disks() {
 		if err := dk.health(ctx); err != nil {
 			resp.BackendHealth = append(resp.BackendHealth, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{
 				Status: csi.StorageHealthErrorType_STORAGE_UNREACHABLE, Reason: "DiskUnhealthy",

@@ -221,7 +221,7 @@ func (e *env) volumeSize(t *testing.T, id string) int64 {
 // no-op; bad ranges and a disk too full change nothing.
 func TestNodeExpandVolume(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
-	dk := e.d.disks[0]
+	dk := e.d.disks()[0]
 	cap := mountCap()
 	vol := e.mustCreate(t, createReq("pvc-grow", 400*mi))
 	staging := e.stage(t, vol.VolumeId, cap)

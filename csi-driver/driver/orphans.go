@@ -59,16 +59,7 @@ const defaultSweepInterval = 5 * time.Minute
 
 // orphanLoop sweeps every orphanSweepInterval until ctx ends.
 func (d *Driver) orphanLoop(ctx context.Context) {
-	ticker := time.NewTicker(orphanSweepInterval(d.cfg.OrphanGracePeriod))
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			d.sweepOrphans(ctx)
-		}
-	}
+	every(ctx, orphanSweepInterval(d.cfg.OrphanGracePeriod), d.sweepOrphans)
 }
 
 // swept is a volume or snapshot as a sweep lists it.
@@ -144,7 +135,7 @@ func (d *Driver) sweepOrphans(ctx context.Context) {
 		return
 	}
 	var vols, snaps []swept
-	for _, dk := range d.disks {
+	for _, dk := range d.disks() {
 		if dk.health(ctx) != nil {
 			continue
 		}

@@ -17,7 +17,7 @@ const maxMessageLength = 1024
 
 // diskStatus observes one disk.
 func (d *Driver) diskStatus(ctx context.Context, dk *disk) v1alpha1.DiskStatus {
-	st := v1alpha1.DiskStatus{Name: dk.name, Backend: dk.backend.Kind(), DeviceClass: dk.deviceClass, Healthy: true}
+	st := v1alpha1.DiskStatus{Name: dk.name, Backend: dk.backend.Kind(), DeviceClass: dk.class(), Healthy: true}
 	fail := func(err error) v1alpha1.DiskStatus {
 		st.Healthy = false
 		st.Message = err.Error()
@@ -85,7 +85,7 @@ func withoutPV(st *v1alpha1.DiskStatus, diskName string, vols []backend.Volume) 
 // Observe returns the node's current DiskNode status.
 func (d *Driver) Observe(ctx context.Context) *v1alpha1.DiskNodeStatus {
 	st := &v1alpha1.DiskNodeStatus{ObservedTime: metav1.NewTime(time.Now())}
-	for _, dk := range d.disks {
+	for _, dk := range d.disks() {
 		st.Disks = append(st.Disks, d.diskStatus(ctx, dk))
 	}
 	st.Summarize()
@@ -95,7 +95,7 @@ func (d *Driver) Observe(ctx context.Context) *v1alpha1.DiskNodeStatus {
 // startUnavailable starts again the disks whose backend could not start,
 // so a disk mounted late is served without restarting the driver.
 func (d *Driver) startUnavailable(ctx context.Context) {
-	for _, dk := range d.disks {
+	for _, dk := range d.disks() {
 		if dk.unavailable() == nil {
 			continue
 		}
