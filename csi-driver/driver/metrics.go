@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"sync"
+
 	"k8s.io/component-base/metrics"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
@@ -21,6 +23,12 @@ type diskMetrics struct {
 	volumes        *metrics.GaugeVec
 	healthy        *metrics.GaugeVec
 	orphansRemoved *metrics.CounterVec
+
+	// mu guards seen: the label values set by the last observe, so that
+	// the series of a disk no longer served, or of a device class it no
+	// longer has, are dropped.
+	mu   sync.Mutex
+	seen map[[3]string]bool
 }
 
 func newDiskMetrics(reg metrics.KubeRegistry) *diskMetrics {
@@ -47,7 +55,11 @@ func newDiskMetrics(reg metrics.KubeRegistry) *diskMetrics {
 
 // observe sets the gauges from a freshly observed DiskNode status.
 func (m *diskMetrics) observe(node string, st *v1alpha1.DiskNodeStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[[3]string]bool{}
 	for _, dk := range st.Disks {
+		seen[[3]string{node, dk.Name, dk.DeviceClass}] = true
 		healthy := 0.0
 		if dk.Healthy {
 			healthy = 1
@@ -57,4 +69,12 @@ func (m *diskMetrics) observe(node string, st *v1alpha1.DiskNodeStatus) {
 		m.volumes.WithLabelValues(node, dk.Name, dk.DeviceClass).Set(float64(dk.VolumeCount))
 		m.healthy.WithLabelValues(node, dk.Name, dk.DeviceClass).Set(healthy)
 	}
+	for l := range m.seen {
+		if !seen[l] {
+			for _, g := range []*metrics.GaugeVec{m.capacity, m.free, m.volumes, m.healthy} {
+				g.DeleteLabelValues(l[:]...)
+			}
+		}
+	}
+	m.seen = seen
 }

@@ -117,6 +117,7 @@ func newReloadEnv(t *testing.T, disks []testDisk, initial ...string) *reloadEnv 
 	cfg.ReloadInterval = 20 * time.Millisecond
 	cfg.Events = r.events
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	cfg.MetricsAddress = freePort(t)
 	r.d, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -378,4 +379,21 @@ func TestNodeWithoutSection(t *testing.T) {
 	})
 	r.writeConfigMap(t, section(testNode))
 	r.wait(t, "the disk", func() bool { return create() == nil })
+}
+
+// TestReloadDropsMetricsOfGoneDisks: /metrics has no series of a disk no
+// longer served, nor of a device class a disk no longer has.
+func TestReloadDropsMetricsOfGoneDisks(t *testing.T) {
+	r := newReloadEnv(t, twoSmallDisks(), "one", "two")
+	addr := r.d.cfg.MetricsAddress
+	has := func(disk, class string) bool {
+		_, ok := scrape(t, addr)[diskSeries("diskfit_disk_free_bytes", disk, class)]
+		return ok
+	}
+	r.wait(t, "both disks' series", func() bool { return has("one", "one") && has("two", "two") })
+	r.writeConfigMap(t, strings.Replace(r.diskYAML(100, "one"), "deviceClass: one", "deviceClass: fast", 1))
+	r.wait(t, "the new class's series", func() bool { return has("one", "fast") })
+	if has("two", "two") || has("one", "one") {
+		t.Errorf("series of a removed disk or an old class are still served: %v", scrape(t, addr))
+	}
 }
