@@ -23,6 +23,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -375,7 +376,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 				continue
 			}
 			logger.Info("Released a claim of a failed disk", "node", loc.Node, "disk", loc.Disk, "pv", cl.PV.Name, "pvc", klog.KObj(cl.PVC))
-			note := fmt.Sprintf("Released claim %s/%s: disk %s on node %s has failed since %s (%s). Its PV %s is kept with reclaim policy Retain; delete the PV once its data is not needed",
+			note := fmt.Sprintf("Released claim %s/%s: disk %s on node %s has failed since %s (%s). Its PV %s is kept with reclaim policy Retain: once its data is not needed, set the PV's reclaim policy to Delete to free the space",
 				cl.PVC.Namespace, cl.PVC.Name, loc.Disk, loc.Node, f.since.UTC().Format(time.RFC3339), f.message, cl.PV.Name)
 			c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleased, "Release", "%s", note)
 			c.recorder.Eventf(cl.PV, nil, v1.EventTypeWarning, ReasonReleased, "Release", "%s", note)
@@ -393,7 +394,7 @@ func (c *Controller) tellFailure(loc diskfit.Location, f *failure, claims []onDi
 			continue
 		}
 		f.told[uid] = true
-		note := fmt.Sprintf("Disk %s on node %s, which holds this claim's volume, failed: %s. ", loc.Disk, loc.Node, f.message)
+		note := fmt.Sprintf("Disk %s on node %s, which holds this claim's volume, failed (%s). ", loc.Disk, loc.Node, strings.TrimRight(f.message, ".?! "))
 		if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.class) {
 			note += fmt.Sprintf("The claim asked to be released (%s: %s): unless the disk recovers by %s, it and its pod are deleted so the workload recreates them on a working disk; the volume's PV is kept",
 				diskfit.OnDiskLossAnnotation, diskfit.OnDiskLossRelease, f.since.Add(c.opts.DiskFailureGrace).UTC().Format(time.RFC3339))
