@@ -47,7 +47,7 @@ func demo(ctx context.Context, opts cluster.Options, keep bool) error {
 	// external-provisioner's own default: what a cluster runs unless tuned.
 	opts.CapacityPollInterval = time.Minute
 	step("Starting a local cluster: etcd, kube-apiserver, controllers, diskfit-scheduler (with the default profile beside it),\n"+
-		"  and %d nodes, each with a kubelet, diskfit-csi and its sidecars on loop-mounted XFS/ext4 disk images", len(opts.Nodes))
+		"  diskfit-controller, and %d nodes, each with a kubelet, diskfit-csi and its sidecars on loop-mounted XFS/ext4 disk images", len(opts.Nodes))
 	c, err := cluster.Start(ctx, opts)
 	if err != nil {
 		return err

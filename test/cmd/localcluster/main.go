@@ -67,6 +67,8 @@ func main() {
 		}
 		defer logFile.Close()
 		klog.LogToStderr(false)
+		// klog copies errors to stderr too unless the threshold is above them.
+		_ = fs.Set("stderrthreshold", "FATAL")
 		klog.SetOutput(logFile)
 		fmt.Printf("(logs of this process: %s)\n", path)
 	}
