@@ -345,9 +345,13 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 		if c.healthy(loc) {
 			logger.Info("Disk recovered", "node", loc.Node, "disk", loc.Disk)
 			for _, cl := range claims[loc] {
-				if f.told[string(cl.PVC.UID)] {
-					c.recorder.Eventf(cl.PVC, nil, v1.EventTypeNormal, ReasonDiskRecovered, "Recover",
-						"Disk %s on node %s works again", loc.Disk, loc.Node)
+				if !f.told[string(cl.PVC.UID)] {
+					continue
+				}
+				note := fmt.Sprintf("Disk %s on node %s, which holds this claim's volume, works again", loc.Disk, loc.Node)
+				c.recorder.Eventf(cl.PVC, nil, v1.EventTypeNormal, ReasonDiskRecovered, "Recover", "%s", note)
+				for _, pod := range c.podsOf(cl.PVC, loc.Node) {
+					c.recorder.Eventf(pod, cl.PVC, v1.EventTypeNormal, ReasonDiskRecovered, "Recover", "%s", note)
 				}
 			}
 		}

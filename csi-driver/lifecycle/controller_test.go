@@ -329,15 +329,17 @@ func TestFailedDiskReleasesOptedInClaims(t *testing.T) {
 // keeps its claims, which are told it recovered; failing again starts the
 // grace time over.
 func TestRecoveredDiskKeepsClaims(t *testing.T) {
-	objs := append([]runtime.Object{node("n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	objs := append([]runtime.Object{node("n1"), podUsing("web-0", "a", "n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
 	e := newEnv(t, objs, diskNode("n1", "d0"))
 	e.setHealthy("n1", "d0", false)
 	e.c.Pass(e.ctx)
 	e.step(diskGrace / 2)
 	e.setHealthy("n1", "d0", true)
 	e.c.Pass(e.ctx)
-	if got := e.rec.of("a"); len(got) != 2 || !strings.Contains(got[1], ReasonDiskRecovered) {
-		t.Errorf("events = %q, want %s then %s", got, ReasonDiskFailed, ReasonDiskRecovered)
+	for _, name := range []string{"a", "web-0"} {
+		if got := e.rec.of(name); len(got) != 2 || !strings.Contains(got[1], ReasonDiskRecovered) {
+			t.Errorf("events of %s = %q, want %s then %s", name, got, ReasonDiskFailed, ReasonDiskRecovered)
+		}
 	}
 	e.setHealthy("n1", "d0", false)
 	e.c.Pass(e.ctx)
