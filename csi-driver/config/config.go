@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -83,6 +84,14 @@ func (c *NodeConfig) complete() error {
 			c.Disks[i].Backend = v1alpha1.BackendFile
 		}
 	}
+	return c.Validate()
+}
+
+// CheckAlongside returns an error when disk cannot be served beside the
+// disks served already: the same name, overlapping paths, the same
+// filesystem or the same volume group.
+func CheckAlongside(served []Disk, disk Disk) error {
+	c := NodeConfig{Disks: append(slices.Clone(served), disk)}
 	return c.Validate()
 }
 

@@ -138,6 +138,14 @@ func (d *Driver) apply(ctx context.Context, next *config.NodeConfig, noDisks err
 			delete(kept, dc.Name)
 			continue
 		}
+		// A disk kept although the config dropped or changed it still
+		// serves its store: a new disk on the same path, filesystem or
+		// volume group (a rename, an explicit entry for a discovered
+		// disk) would serve the same volumes under a second name.
+		if err := config.CheckAlongside(servedConfigs(kept, list), dc); err != nil {
+			refused[dc.Name] = fmt.Sprintf("Did not start disk %q: %v. Another disk still serves that storage; move or reclaim its volumes first.", dc.Name, err)
+			continue
+		}
 		dk := d.newDisk(dc)
 		if err := dk.start(ctx); err != nil {
 			logger.Error(err, "New disk unavailable, starting it again at every status refresh", "disk", dk.name)
@@ -241,14 +249,15 @@ func (dk *disk) hold() (release func(), err error) {
 }
 
 // retire stops the disk taking anything new when nothing served is on it,
-// and otherwise says what is on it. A disk that never started serves
-// nothing; one that cannot be listed is kept.
+// and otherwise says what is on it. A disk that cannot be read is kept:
+// one that could not start, or is unhealthy, may well hold volumes (a
+// failed disk is exactly that), and serving it keeps it in the DiskNode,
+// where its failure shows. A restart drops it.
 func (dk *disk) retire(ctx context.Context) string {
 	dk.use.Lock()
 	defer dk.use.Unlock()
-	if dk.unavailable() != nil {
-		dk.retired = true
-		return ""
+	if err := dk.unavailable(); err != nil {
+		return fmt.Sprintf("it could not be started, so whether it holds volumes cannot be told (%v)", err)
 	}
 	if err := dk.backend.Health(ctx); err != nil {
 		return fmt.Sprintf("it is unhealthy, so whether it holds volumes cannot be told (%v)", err)
@@ -273,4 +282,17 @@ func count(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// servedConfigs returns the configs of the disks that will be served:
+// those kept and those already in the new list.
+func servedConfigs(kept map[string]*disk, list []*disk) []config.Disk {
+	var out []config.Disk
+	for _, dk := range kept {
+		out = append(out, dk.conf)
+	}
+	for _, dk := range list {
+		out = append(out, dk.conf)
+	}
+	return out
 }

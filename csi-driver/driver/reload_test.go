@@ -397,3 +397,32 @@ func TestReloadDropsMetricsOfGoneDisks(t *testing.T) {
 		t.Errorf("series of a removed disk or an old class are still served: %v", scrape(t, addr))
 	}
 }
+
+// A disk holding volumes renamed in the config (same path, new name) is
+// kept under its old name, and the new name is not started: serving the
+// same store under two names would let the second one's recovery roll back
+// the first one's work, count its space twice and list its volumes as
+// having no PV.
+func TestReloadRefusesASecondNameForTheSameDisk(t *testing.T) {
+	r := newReloadEnv(t, twoSmallDisks(), "one", "two")
+	if _, err := r.createOn(t, "pvc-keep", "two"); err != nil {
+		t.Fatal(err)
+	}
+	renamed := fmt.Sprintf("maxVolumes: 100\ndisks:\n- name: one\n  deviceClass: one\n  path: %s\n- name: three\n  deviceClass: three\n  path: %s\n", r.paths["one"], r.paths["two"])
+	r.writeConfigMap(t, renamed)
+	r.wait(t, "the refusals", func() bool { return len(r.events.find("ConfigChangeRefused")) >= 1 })
+	time.Sleep(200 * time.Millisecond)
+	if st := r.observed("three"); st != nil {
+		t.Errorf("disk two's store is also served as disk three: %+v", st)
+	}
+	if st := r.observed("two"); st == nil || !st.Healthy || st.VolumeCount != 1 || st.VolumesWithoutPV != 0 {
+		t.Errorf("disk two after the rename: %+v, want it served with its volume", st)
+	}
+	found := false
+	for _, ev := range r.events.find("ConfigChangeRefused") {
+		found = found || strings.Contains(ev.message, `"three"`)
+	}
+	if !found {
+		t.Errorf("no event says why disk three was not started: %+v", r.events.find("ConfigChangeRefused"))
+	}
+}
