@@ -227,7 +227,9 @@ func (c *Controller) claimsByDisk() (map[diskfit.Location][]onDisk, error) {
 		if err != nil {
 			return nil, err
 		}
-		if pvc.UID != ref.UID || pvc.Spec.VolumeName != pv.Name || pvc.DeletionTimestamp != nil {
+		// A claim being deleted stays: a release interrupted after the
+		// claim's delete (its pods still hold it) is finished next pass.
+		if pvc.UID != ref.UID || pvc.Spec.VolumeName != pv.Name {
 			continue
 		}
 		var class *storagev1.StorageClass

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -101,6 +102,7 @@ func newEnv(t *testing.T, objs []runtime.Object, dns ...*v1alpha1.DiskNode) *env
 		dnObjs = append(dnObjs, dn)
 	}
 	e.client = k8sfake.NewClientset(objs...)
+	protectClaims(e.client)
 	e.df = dffake.NewSimpleClientset(dnObjs...)
 	factory := informers.NewSharedInformerFactory(e.client, 0)
 	dfFactory := dfinformers.NewSharedInformerFactory(e.df, 0)
@@ -124,6 +126,31 @@ func newEnv(t *testing.T, objs []runtime.Object, dns ...*v1alpha1.DiskNode) *env
 		}
 	}
 	return e
+}
+
+// protectClaims makes the fake API server delete claims as the real one
+// does: a UID precondition that does not match is a Conflict, and a claim
+// with finalizers (pvc-protection, while a pod uses it) only gets a
+// deletion timestamp.
+func protectClaims(client *k8sfake.Clientset) {
+	client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		del := a.(clienttesting.DeleteActionImpl)
+		obj, err := client.Tracker().Get(a.GetResource(), a.GetNamespace(), del.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
+		if p := del.DeleteOptions.Preconditions; p != nil && p.UID != nil && *p.UID != pvc.UID {
+			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), del.Name, fmt.Errorf("precondition UID %s, object UID %s", *p.UID, pvc.UID))
+		}
+		if len(pvc.Finalizers) == 0 {
+			return false, nil, nil
+		}
+		if pvc.DeletionTimestamp == nil {
+			pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		return true, nil, client.Tracker().Update(a.GetResource(), pvc, a.GetNamespace())
+	})
 }
 
 // step moves the clock on and has every DiskNode report afresh, as the
@@ -194,7 +221,8 @@ func node(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{
 
 // claim returns a PVC of class bound to a PV on node/disk, and the PV.
 func claim(name, class, nodeName, disk string, annotations map[string]string) []runtime.Object {
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: annotations}}
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: annotations,
+		Finalizers: []string{"kubernetes.io/pvc-protection"}}}
 	pvc.Spec.StorageClassName = &class
 	pvc.Spec.VolumeName = "pv-" + name
 	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name, UID: types.UID("uid-pv-" + name)}}
@@ -220,13 +248,14 @@ func podUsing(name, claim, nodeName string) *v1.Pod {
 
 var releaseAnnotation = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}
 
+// pvcExists reports whether the claim exists and is not being deleted.
 func (e *env) pvcExists(name string) bool {
 	e.t.Helper()
-	_, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(e.ctx, name, metav1.GetOptions{})
+	pvc, err := e.client.CoreV1().PersistentVolumeClaims("ns").Get(e.ctx, name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		e.t.Fatal(err)
 	}
-	return err == nil
+	return err == nil && pvc.DeletionTimestamp == nil
 }
 
 func (e *env) pv(name string) *v1.PersistentVolume {
@@ -405,5 +434,59 @@ func TestReleaseNeedsTheAPIServersWord(t *testing.T) {
 		if o.ResourceVersion != "" {
 			t.Errorf("DiskNode read with resourceVersion %q, want a quorum read", o.ResourceVersion)
 		}
+	}
+}
+
+// TestReleaseLeavesAReCreatedClaimAlone: the claim to release was made
+// anew under its name (its StatefulSet was faster than the controller's
+// cache) and a new pod on the same node uses it. Neither is deleted.
+func TestReleaseLeavesAReCreatedClaimAlone(t *testing.T) {
+	old := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	renewed := old[0].(*v1.PersistentVolumeClaim).DeepCopy()
+	renewed.UID = "uid-a-renewed"
+	renewed.Spec.VolumeName = "pv-other"
+	e := newEnv(t, []runtime.Object{node("n1"), renewed, old[1], podUsing("web-0", "a", "n1")})
+	err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: old[0].(*v1.PersistentVolumeClaim), PV: old[1].(*v1.PersistentVolume)}, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.pvcExists("a") {
+		t.Error("the claim made anew was deleted")
+	}
+	if !e.podExists("web-0") {
+		t.Error("the pod of the claim made anew was deleted")
+	}
+}
+
+// TestInterruptedReleaseIsFinished: the claim's delete went through but
+// deleting its pod failed (the API server was briefly unavailable). The
+// claim, held by its pod, stays Terminating; the next pass deletes the pod
+// so that the StatefulSet can go on.
+func TestInterruptedReleaseIsFinished(t *testing.T) {
+	objs := append([]runtime.Object{node("n1"), podUsing("web-0", "a", "n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	e := newEnv(t, objs, diskNode("n1", "d0"))
+	failed := false
+	e.client.PrependReactor("delete", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if failed {
+			return false, nil, nil
+		}
+		failed = true
+		return true, nil, apierrors.NewServiceUnavailable("try again")
+	})
+	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx)
+	e.step(diskGrace)
+	if !failed || !e.podExists("web-0") {
+		t.Fatalf("the first release attempt did not fail on the pod as arranged")
+	}
+	if err := wait.PollUntilContextTimeout(e.ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+		pvc, err := e.c.pvcs.PersistentVolumeClaims("ns").Get("a")
+		return err == nil && pvc.DeletionTimestamp != nil, nil
+	}); err != nil {
+		t.Fatal("the claim being deleted never reached the cache")
+	}
+	e.step(time.Second)
+	if e.podExists("web-0") {
+		t.Error("the pod holding a released claim was never deleted: the release stays half done")
 	}
 }

@@ -67,10 +67,11 @@ func TestReleaseClaimsOfDeletedNodes(t *testing.T) {
 		}
 	}
 	if err := wait.PollUntilContextTimeout(e.ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
-		_, err := e.c.pvs.Get("pv-lost")
-		return err != nil, nil
+		_, err1 := e.c.pvs.Get("pv-lost")
+		_, err2 := e.c.pvs.Get("pv-lost-by-class")
+		return err1 != nil && err2 != nil, nil
 	}); err != nil {
-		t.Fatal("the released PV never left the cache")
+		t.Fatal("the released PVs never left the cache")
 	}
 	e.client.ClearActions()
 	e.c.Pass(e.ctx)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // provisionerFinalizer is the finalizer external-provisioner puts on the
@@ -47,6 +48,20 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 	return deletePodsUsing(ctx, client, c.PVC, node)
 }
 
+// released says whether the claim deleted for pvc is still there, being
+// deleted, under its UID: a claim of that name with another UID was made
+// anew (its StatefulSet was faster), and its pods are not ours to delete.
+func released(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) (bool, error) {
+	now, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	return now.UID == pvc.UID, nil
+}
+
 // ReleaseWithNode lets a claim go whose node was deleted: the claim and
 // the PV are deleted. The PV's provisioner died with the node and can
 // never remove its finalizer, so that finalizer is removed here. Whatever
@@ -56,17 +71,25 @@ func ReleaseWithNode(ctx context.Context, client kubernetes.Interface, c Claim) 
 	if err := deleteClaim(ctx, client, c.PVC); err != nil {
 		return err
 	}
-	if slices.Contains(c.PV.Finalizers, provisionerFinalizer) {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-			"finalizers":      slices.DeleteFunc(slices.Clone(c.PV.Finalizers), func(f string) bool { return f == provisionerFinalizer }),
-			"resourceVersion": c.PV.ResourceVersion,
-		}})
-		_, err := client.CoreV1().PersistentVolumes().Patch(ctx, c.PV.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("removing the provisioner's finalizer from PV %s: %w", c.PV.Name, err)
+	// The PV changes under us (the PV controller marks it Released when
+	// the claim goes), so the finalizer is removed from a fresh copy, with
+	// its resourceVersion, again on a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, c.PV.Name, metav1.GetOptions{})
+		if err != nil || pv.UID != c.PV.UID || !slices.Contains(pv.Finalizers, provisionerFinalizer) {
+			return err
 		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"finalizers":      slices.DeleteFunc(slices.Clone(pv.Finalizers), func(f string) bool { return f == provisionerFinalizer }),
+			"resourceVersion": pv.ResourceVersion,
+		}})
+		_, err = client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the provisioner's finalizer from PV %s: %w", c.PV.Name, err)
 	}
-	err := client.CoreV1().PersistentVolumes().Delete(ctx, c.PV.Name, metav1.DeleteOptions{
+	err = client.CoreV1().PersistentVolumes().Delete(ctx, c.PV.Name, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &c.PV.UID},
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -85,12 +108,18 @@ func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.Persi
 	return nil
 }
 
-// deletePodsUsing deletes the pods on node that mount pvc. A claim in use
-// by a scheduled pod is not removed (PVC protection) and the pod could
-// never start again on its lost volume.
+// deletePodsUsing deletes the pods on node that mount the claim deleted
+// for pvc. A claim in use by a scheduled pod is not removed (PVC
+// protection) and the pod could never start again on its lost volume.
+// The pods are listed first and deleted only if the claim still has
+// pvc's UID after that: every pod listed was made while the name meant
+// this claim. A claim made anew under the name keeps its pods.
 func deletePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) error {
 	pods, err := PodsUsing(ctx, client, pvc, node)
 	if err != nil {
+		return err
+	}
+	if ours, err := released(ctx, client, pvc); err != nil || !ours {
 		return err
 	}
 	for _, pod := range pods {
@@ -116,7 +145,8 @@ func PodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.Persist
 			continue
 		}
 		if slices.ContainsFunc(pod.Spec.Volumes, func(v v1.Volume) bool {
-			return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc.Name
+			return (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc.Name) ||
+				(v.Ephemeral != nil && pod.Name+"-"+v.Name == pvc.Name)
 		}) {
 			pods = append(pods, pod)
 		}
