@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,6 +58,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if err := o.lifecycle.Validate(); err != nil {
+		return err
+	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("loading the client config: %w", err)
@@ -128,8 +132,13 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	var runErr error
-	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
+	// The election ends when leading ends, whyever: a replica that stops
+	// acting must not keep the Lease from a standby.
+	electCtx, endElection := context.WithCancel(ctx)
+	defer endElection()
+	var led atomic.Bool
+	leadErr := make(chan error, 1)
+	leaderelection.RunOrDie(electCtx, leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   15 * time.Second,
 		RenewDeadline:   10 * time.Second,
@@ -138,14 +147,23 @@ func run(ctx context.Context, o options) error {
 		WatchDog:        watchdog,
 		Name:            o.leaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) { runErr = lead(ctx) },
+			OnStartedLeading: func(ctx context.Context) {
+				led.Store(true)
+				leadErr <- lead(ctx)
+				endElection()
+			},
 			// A replica that lost the Lease stops: a new leader counts its
 			// grace times from its own first look.
 			OnStoppedLeading: func() { klog.FromContext(ctx).Info("Lost the leader election Lease") },
 		},
 	})
-	if runErr == nil && ctx.Err() == nil {
-		runErr = fmt.Errorf("lost the leader election Lease")
+	if led.Load() {
+		if err := <-leadErr; err != nil {
+			return err
+		}
 	}
-	return runErr
+	if ctx.Err() == nil {
+		return fmt.Errorf("lost the leader election Lease")
+	}
+	return nil
 }

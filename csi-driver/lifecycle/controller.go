@@ -83,6 +83,14 @@ type Options struct {
 	Clock clock.WithTicker
 }
 
+// Validate returns an error unless every duration is positive.
+func (o Options) Validate() error {
+	if o.NodeLossGrace <= 0 || o.DiskFailureGrace <= 0 || o.StatusMaxAge <= 0 || o.Interval <= 0 {
+		return fmt.Errorf("--node-loss-grace, --disk-failure-grace, --disknode-max-age and --interval must be positive")
+	}
+	return nil
+}
+
 // Controller releases claims of lost disks and nodes.
 type Controller struct {
 	opts     Options
@@ -118,8 +126,8 @@ type failure struct {
 // New builds a controller on the given informer factories; start them
 // after New and before Run.
 func New(client kubernetes.Interface, df versioned.Interface, factory informers.SharedInformerFactory, dfFactory dfinformers.SharedInformerFactory, recorder events.EventRecorder, opts Options) (*Controller, error) {
-	if opts.NodeLossGrace <= 0 || opts.DiskFailureGrace <= 0 || opts.StatusMaxAge <= 0 || opts.Interval <= 0 {
-		return nil, fmt.Errorf("grace times, status age and interval must be positive: %+v", opts)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
