@@ -34,6 +34,12 @@ func runCommandWithInput(t *testing.T, stdin, namespace string, kubeObjs, diskfi
 		DiskFit:   dffake.NewSimpleClientset(diskfitObjs...),
 		Namespace: namespace,
 	}
+	return runWith(clients, stdin, args...)
+}
+
+// runWith runs the diskfit root command with args against clients, which
+// a test can look at afterwards, and returns stdout, stderr and the error.
+func runWith(clients *Clients, stdin string, args ...string) (string, string, error) {
 	var out, errOut bytes.Buffer
 	cmd := newRootCommand(genericiooptions.IOStreams{In: bytes.NewBufferString(stdin), Out: &out, ErrOut: &errOut}, deps{
 		clients: func() (*Clients, error) { return clients, nil },

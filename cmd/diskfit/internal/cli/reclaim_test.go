@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
@@ -58,14 +57,8 @@ Volumes without a PersistentVolume (kept with their data; re-create a PV for one
 func TestReclaim(t *testing.T) {
 	clients := &Clients{Kube: kubefake.NewClientset(), DiskFit: dffake.NewSimpleClientset(withKeptVolume())}
 	run := func(args ...string) (string, error) {
-		var out strings.Builder
-		cmd := newRootCommand(genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}, deps{
-			clients: func() (*Clients, error) { return clients, nil },
-			now:     func() time.Time { return testNow },
-		})
-		cmd.SetArgs(args)
-		err := cmd.ExecuteContext(context.Background())
-		return out.String(), err
+		out, _, err := runWith(clients, "", args...)
+		return out, err
 	}
 
 	if _, err := run("reclaim", "node-a", "nvme0:pvc-unknown"); err == nil || !strings.Contains(err.Error(), "does not report volume nvme0:pvc-unknown") {

@@ -49,7 +49,7 @@ func newRootCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
 		Short: "Show how diskfit places local-disk volumes",
 		Long: "diskfit shows the disks diskfit manages on each node, why pods " +
 			"that use them are placed where they are, or not at all, and whether " +
-			"a workload would fit before it is created.",
+			"a workload would fit before it is created, and takes disks out of service.",
 		SilenceUsage: true,
 		// main prints errors, except simulate's "does not fit" answer.
 		SilenceErrors: true,
@@ -61,6 +61,8 @@ func newRootCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
 	cmd.AddCommand(newExplainCommand(streams, d))
 	cmd.AddCommand(newSimulateCommand(streams, d))
 	cmd.AddCommand(newReclaimCommand(streams, d))
+	cmd.AddCommand(newCordonCommand(streams, d))
+	cmd.AddCommand(newUncordonCommand(streams, d))
 	return cmd
 }
 
