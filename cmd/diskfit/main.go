@@ -1,8 +1,9 @@
 // Command diskfit shows what diskfit is doing on a cluster: per-disk
 // capacity and free space (diskfit status), why a pod is Pending in
 // per-disk terms (diskfit explain) and whether a workload would fit now
-// (diskfit simulate). It follows kubectl's conventions for choosing the
-// cluster (--kubeconfig, --context, -n).
+// (diskfit simulate), and takes disks out of service and moves the claims
+// off them (diskfit cordon, uncordon, drain). It follows kubectl's
+// conventions for choosing the cluster (--kubeconfig, --context, -n).
 //
 // It exits 0 on success, 1 when simulate finds that a workload does not
 // fit, and 2 on any error.

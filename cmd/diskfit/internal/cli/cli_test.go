@@ -44,6 +44,7 @@ func runWith(clients *Clients, stdin string, args ...string) (string, string, er
 	cmd := newRootCommand(genericiooptions.IOStreams{In: bytes.NewBufferString(stdin), Out: &out, ErrOut: &errOut}, deps{
 		clients: func() (*Clients, error) { return clients, nil },
 		now:     func() time.Time { return testNow },
+		poll:    time.Millisecond,
 	})
 	cmd.SetArgs(args)
 	err := cmd.ExecuteContext(context.Background())

@@ -40,7 +40,15 @@ func (t target) String() string {
 	if t.disk == "" {
 		return "node " + t.node
 	}
-	return "disk " + t.node + "/" + t.disk
+	return "disk " + t.arg()
+}
+
+// arg is the target as the commands take it: NODE or NODE/DISK.
+func (t target) arg() string {
+	if t.disk == "" {
+		return t.node
+	}
+	return t.node + "/" + t.disk
 }
 
 // has reports whether loc is one of the target's disks.

@@ -40,18 +40,32 @@ func specOf(t *testing.T, c *Clients, node string) v1alpha1.DiskNodeSpec {
 	return dn.Spec
 }
 
-// writes counts the actions on c's clients that change something.
+// writes lists the actions on c's clients that change something, as
+// "verb resource name" in the order they were made.
 func writes(c *Clients) []string {
 	var out []string
 	for _, f := range []interface{ Actions() []clienttesting.Action }{
 		c.Kube.(*kubefake.Clientset), c.DiskFit.(*dffake.Clientset),
 	} {
 		for _, a := range f.Actions() {
-			switch a.GetVerb() {
-			case "get", "list", "watch":
-			default:
-				out = append(out, a.GetVerb()+" "+a.GetResource().Resource)
+			resource := a.GetResource().Resource
+			if sub := a.GetSubresource(); sub != "" {
+				resource += "/" + sub
 			}
+			var name string
+			switch a := a.(type) {
+			case clienttesting.CreateAction:
+				name = a.GetObject().(metav1.Object).GetName()
+			case clienttesting.UpdateAction:
+				name = a.GetObject().(metav1.Object).GetName()
+			case clienttesting.DeleteAction:
+				name = a.GetName()
+			case clienttesting.PatchAction:
+				name = a.GetName()
+			default:
+				continue
+			}
+			out = append(out, a.GetVerb()+" "+resource+" "+name)
 		}
 	}
 	return out

@@ -32,15 +32,18 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd := newRootCommand(streams, deps{
 		clients: func() (*Clients, error) { return clientsFromFlags(flags) },
 		now:     time.Now,
+		poll:    2 * time.Second,
 	})
 	flags.AddFlags(cmd.PersistentFlags())
 	return cmd
 }
 
-// deps are what the commands take from outside: clients and the clock.
+// deps are what the commands take from outside: clients, the clock and
+// how often a command that waits looks again.
 type deps struct {
 	clients ClientsFunc
 	now     func() time.Time
+	poll    time.Duration
 }
 
 func newRootCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
@@ -63,6 +66,7 @@ func newRootCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
 	cmd.AddCommand(newReclaimCommand(streams, d))
 	cmd.AddCommand(newCordonCommand(streams, d))
 	cmd.AddCommand(newUncordonCommand(streams, d))
+	cmd.AddCommand(newDrainCommand(streams, d))
 	return cmd
 }
 

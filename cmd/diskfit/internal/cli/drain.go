@@ -1,0 +1,358 @@
+package cli
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/lifecycle"
+)
+
+// drainOptions are diskfit drain's flags and argument.
+type drainOptions struct {
+	target          target
+	release, dryRun bool
+	reason          string
+	timeout         time.Duration
+	poll            time.Duration
+}
+
+func newDrainCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command {
+	o := &drainOptions{poll: d.poll}
+	cmd := &cobra.Command{
+		Use:   "drain NODE[/DISK]",
+		Short: "Cordon a disk, or a node's disks, list the claims still on it and move those that may be moved",
+		Long: "drain cordons NODE/DISK (or every disk of NODE) as diskfit cordon does, then lists " +
+			"the claims whose volumes are still there, with the pods using them, their " +
+			"StatefulSet and what their " + diskfit.OnDiskLossAnnotation + " annotation (on the claim " +
+			"or its StorageClass) asks for. With --release, each claim that asked to be released " +
+			"(" + diskfit.OnDiskLossAnnotation + "=" + diskfit.OnDiskLossRelease + ") is: its PV's reclaim " +
+			"policy becomes Retain, so the volume and its data stay on the disk, and the claim and " +
+			"its pods are deleted, so that the StatefulSet recreates both and the new volume lands " +
+			"on another disk. It goes one replica at a time: it waits until the replica's pod runs " +
+			"again with its new claim bound before the next, and stops when that takes longer than " +
+			"--timeout, so a workload never loses two replicas to a drain. A claim whose pod no " +
+			"StatefulSet owns is released without waiting. Other claims stay. --dry-run changes " +
+			"nothing and prints what would be done. It needs the right to update DiskNodes, patch " +
+			"PVs and delete claims and pods.",
+		Example: "  diskfit drain node-a/nvme0 --reason 'SMART errors'\n" +
+			"  diskfit drain node-a/nvme0 --release --dry-run\n" +
+			"  diskfit drain node-a --release --timeout 20m",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if o.target, err = parseTarget(args[0]); err != nil {
+				return err
+			}
+			if o.timeout <= 0 {
+				return fmt.Errorf("--timeout must be positive: drain waits for each replica before the next")
+			}
+			c, err := d.clients()
+			if err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), c, streams.Out)
+		},
+	}
+	cmd.Flags().BoolVar(&o.release, "release", false, "release the claims that asked for it, one replica at a time")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "change nothing; print what would be done")
+	cmd.Flags().StringVar(&o.reason, "reason", "", "why the disk is cordoned, for people (kept when not given)")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long to wait for each released replica to run again")
+	return cmd
+}
+
+// drainClaim is a claim on a drained disk, with the pods on its node that
+// use it and the StatefulSet that owns them.
+type drainClaim struct {
+	diskClaim
+	pods []v1.Pod
+	// statefulSet is the name of the StatefulSet that owns the claim's
+	// pods, empty when none does.
+	statefulSet string
+	// owner describes the pods' controller, "-" when they have none.
+	owner string
+}
+
+// podNames is the names of the claim's pods, joined by commas.
+func (d drainClaim) podNames() string {
+	names := make([]string, len(d.pods))
+	for i, p := range d.pods {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// drainReplica is the claims released together: those of one pod. Deleting
+// one deletes the pod, so its other claims on the disk go with it rather
+// than keep the new pod on the drained node.
+type drainReplica struct {
+	claims []drainClaim
+}
+
+func (r drainReplica) name() string {
+	first := r.claims[0]
+	if pods := first.podNames(); pods != "" {
+		return first.PVC.Namespace + "/" + pods
+	}
+	return "claim " + first.key()
+}
+
+func (o *drainOptions) run(ctx context.Context, c *Clients, out io.Writer) error {
+	t := o.target
+	dn, err := t.getDiskNode(ctx, c)
+	if err != nil {
+		return err
+	}
+	if o.dryRun {
+		verb := "Would cordon"
+		if !applyUnschedulable(dn.Spec.DeepCopy(), t.disk, true, o.reason) {
+			verb = "Already cordoned:"
+		}
+		fmt.Fprintf(out, "%s %s (dry run: nothing is changed).\n", verb, t)
+	} else if _, err := setUnschedulable(ctx, c, t, true, o.reason, out); err != nil {
+		return err
+	}
+	claims, err := o.claims(ctx, c)
+	if err != nil {
+		return err
+	}
+	if len(claims) == 0 {
+		fmt.Fprintf(out, "No claims on %s.\n", t)
+		return nil
+	}
+	fmt.Fprintf(out, "\nClaims on %s:\n", t)
+	if err := printDrainClaims(out, claims); err != nil {
+		return err
+	}
+	var replicas []drainReplica
+	var staying []string
+	for _, cl := range claims {
+		if !cl.release {
+			staying = append(staying, cl.key())
+			continue
+		}
+		replicas = addToReplica(replicas, cl)
+	}
+	if !o.release {
+		o.advise(out, len(claims), len(replicas) > 0)
+		return nil
+	}
+	fmt.Fprintln(out)
+	var kept []drainClaim
+	for i, r := range replicas {
+		if o.dryRun {
+			o.describeRelease(out, r)
+			continue
+		}
+		released, err := o.releaseReplica(ctx, c, out, r)
+		kept = append(kept, released...)
+		if err != nil {
+			var next []string
+			for _, r := range replicas[i+1:] {
+				next = append(next, r.name())
+			}
+			printKept(out, kept)
+			if len(next) > 0 {
+				return fmt.Errorf("%w; not released: %s (run drain again once it runs)", err, strings.Join(next, ", "))
+			}
+			return err
+		}
+	}
+	if len(replicas) == 0 {
+		fmt.Fprintln(out, "No claim on it asked to be released: nothing to release.")
+	}
+	printKept(out, kept)
+	if len(staying) > 0 {
+		fmt.Fprintf(out, "Staying (not opted in, %s is not %s): %s\n", diskfit.OnDiskLossAnnotation, diskfit.OnDiskLossRelease, strings.Join(staying, ", "))
+	}
+	if !o.dryRun {
+		fmt.Fprintf(out, "The disks stay cordoned; diskfit uncordon %s puts them back into service.\n", t.arg())
+	}
+	return nil
+}
+
+// claims lists the claims on the drained disks, with their pods.
+func (o *drainOptions) claims(ctx context.Context, c *Clients) ([]drainClaim, error) {
+	on, err := claimsOn(ctx, c, o.target.has)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]drainClaim, 0, len(on))
+	for _, cl := range on {
+		pods, err := lifecycle.PodsUsing(ctx, c.Kube, cl.PVC, cl.loc.Node)
+		if err != nil {
+			return nil, err
+		}
+		slices.SortFunc(pods, func(a, b v1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+		d := drainClaim{diskClaim: cl, pods: pods, owner: "-"}
+		for _, p := range pods {
+			if ref := metav1.GetControllerOf(&p); ref != nil {
+				d.owner = ref.Kind + " " + ref.Name
+				if ref.Kind == "StatefulSet" {
+					d.statefulSet = ref.Name
+				}
+				break
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// addToReplica adds cl to the replica of its pods, or to a new one.
+func addToReplica(replicas []drainReplica, cl drainClaim) []drainReplica {
+	if pods := cl.podNames(); pods != "" {
+		for i := range replicas {
+			if r := &replicas[i]; r.claims[0].PVC.Namespace == cl.PVC.Namespace && r.claims[0].podNames() == pods {
+				r.claims = append(r.claims, cl)
+				return replicas
+			}
+		}
+	}
+	return append(replicas, drainReplica{claims: []drainClaim{cl}})
+}
+
+func printDrainClaims(out io.Writer, claims []drainClaim) error {
+	var buf bytes.Buffer
+	w := tabwriter.NewWriter(&buf, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(w, "CLAIM\tDISK\tPV\tPODS\tOWNER\tON DISK LOSS")
+	for _, cl := range claims {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", cl.key(), cl.loc.Disk, cl.PV.Name, cmp.Or(cl.podNames(), "-"), cl.owner, cl.onDiskLoss())
+	}
+	return flushTrimmed(w, &buf, out)
+}
+
+// advise says what an admin can do about the claims that stay.
+func (o *drainOptions) advise(out io.Writer, n int, anyRelease bool) {
+	t := o.target
+	fmt.Fprintf(out, "\n%d claim(s) stay on %s; no new volume is placed there.\n", n, t)
+	fmt.Fprintln(out, "To move them off:")
+	if anyRelease {
+		fmt.Fprintf(out, "  - diskfit drain %s --release releases those marked %s: each claim and its pod are deleted, one replica\n"+
+			"    at a time, so that its StatefulSet recreates them on another disk; the old PV is kept (reclaim policy Retain).\n",
+			t.arg(), diskfit.OnDiskLossRelease)
+	}
+	fmt.Fprintf(out, "  - mark a claim first (kubectl annotate pvc -n NAMESPACE NAME %s=%s, or the parameter on its StorageClass)\n"+
+		"    and run diskfit drain %s --release;\n", diskfit.OnDiskLossAnnotation, diskfit.OnDiskLossRelease, t.arg())
+	fmt.Fprintln(out, "  - or move the data yourself: copy it to a new claim, then delete the old claim and its pod.")
+}
+
+// describeRelease says what releaseReplica would do.
+func (o *drainOptions) describeRelease(out io.Writer, r drainReplica) {
+	for _, cl := range r.claims {
+		fmt.Fprintf(out, "Would release claim %s: set PV %s to reclaim policy Retain, delete the claim", cl.key(), cl.PV.Name)
+		if pods := cl.podNames(); pods != "" {
+			fmt.Fprintf(out, " and pod %s", pods)
+		}
+		fmt.Fprintln(out, ".")
+	}
+	if sts := r.claims[0].statefulSet; sts != "" {
+		fmt.Fprintf(out, "  Then wait up to %s for StatefulSet %s to run %s again with a new bound claim.\n", o.timeout, sts, r.name())
+	} else {
+		fmt.Fprintln(out, "  No StatefulSet recreates it: no wait.")
+	}
+}
+
+// releaseReplica releases the replica's claims and waits for its
+// StatefulSet to run it again. It returns the claims it released.
+func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Writer, r drainReplica) ([]drainClaim, error) {
+	var released []drainClaim
+	for _, cl := range r.claims {
+		if err := lifecycle.ReleaseKeepingData(ctx, c.Kube, cl.Claim, cl.loc.Node); err != nil {
+			return released, fmt.Errorf("releasing claim %s: %w", cl.key(), err)
+		}
+		released = append(released, cl)
+		fmt.Fprintf(out, "Released claim %s: PV %s kept (reclaim policy Retain), claim", cl.key(), cl.PV.Name)
+		if pods := cl.podNames(); pods != "" {
+			fmt.Fprintf(out, " and pod %s", pods)
+		}
+		fmt.Fprintln(out, " deleted.")
+	}
+	sts := r.claims[0].statefulSet
+	if sts == "" {
+		fmt.Fprintf(out, "  No StatefulSet recreates %s: not waiting.\n", r.name())
+		return released, nil
+	}
+	fmt.Fprintf(out, "  Waiting up to %s for StatefulSet %s to run %s again with a new bound claim...\n", o.timeout, sts, r.name())
+	var state []string
+	err := wait.PollUntilContextTimeout(ctx, o.poll, o.timeout, false, func(ctx context.Context) (bool, error) {
+		state = replicaState(ctx, c, r)
+		return len(state) == 0, nil
+	})
+	if err != nil {
+		return released, fmt.Errorf("replica %s of StatefulSet %s is not back after %s: %s", r.name(), sts, o.timeout, strings.Join(state, ", "))
+	}
+	fmt.Fprintf(out, "  %s is running again.\n", r.name())
+	return released, nil
+}
+
+// replicaState says what is missing for the replica to be back: its pods,
+// recreated (another UID) and Running, and its claims, recreated and
+// Bound. It is empty when nothing is.
+func replicaState(ctx context.Context, c *Clients, r drainReplica) []string {
+	var missing []string
+	seen := map[string]bool{}
+	for _, cl := range r.claims {
+		for _, p := range cl.pods {
+			if seen[p.Name] {
+				continue
+			}
+			seen[p.Name] = true
+			got, err := c.Kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			if s := recreated("pod", p.Name, p.UID, got, err); s != "" {
+				missing = append(missing, s)
+			} else if got.Status.Phase != v1.PodRunning || got.DeletionTimestamp != nil {
+				missing = append(missing, fmt.Sprintf("pod %s is %s", p.Name, cmp.Or(got.Status.Phase, "new")))
+			}
+		}
+		got, err := c.Kube.CoreV1().PersistentVolumeClaims(cl.PVC.Namespace).Get(ctx, cl.PVC.Name, metav1.GetOptions{})
+		if s := recreated("claim", cl.PVC.Name, cl.PVC.UID, got, err); s != "" {
+			missing = append(missing, s)
+		} else if got.Status.Phase != v1.ClaimBound {
+			missing = append(missing, fmt.Sprintf("claim %s is %s", cl.PVC.Name, cmp.Or(got.Status.Phase, "new")))
+		}
+	}
+	return missing
+}
+
+// recreated says why the object read as got (or err) is not yet the new
+// one that replaces the object of UID old: empty when it is.
+func recreated(kind, name string, old types.UID, got metav1.Object, err error) string {
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("%s %s is not recreated yet", kind, name)
+	case err != nil:
+		return fmt.Sprintf("%s %s cannot be read: %v", kind, name, err)
+	case got.GetUID() == old:
+		return fmt.Sprintf("%s %s is still the old one", kind, name)
+	}
+	return ""
+}
+
+// printKept lists the PVs released claims left behind with their data.
+func printKept(out io.Writer, kept []drainClaim) {
+	if len(kept) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\nKept with their data (reclaim policy Retain):")
+	for _, cl := range kept {
+		fmt.Fprintf(out, "  PV %s on %s/%s, was claim %s\n", cl.PV.Name, cl.loc.Node, cl.loc.Disk, cl.key())
+	}
+	fmt.Fprintln(out, "Once a PV's data is not needed, let Kubernetes delete it and its volume:")
+	fmt.Fprintln(out, `  kubectl patch pv NAME -p '{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}'`)
+}

@@ -1,0 +1,306 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
+	"github.com/diskfit/diskfit/apis/diskfit"
+)
+
+// drainPVC is a claim in shop bound to pv, with the UID diskfitPV's claim
+// reference expects.
+func drainPVC(name, class, pv, onDiskLoss string) *corev1.PersistentVolumeClaim {
+	var ann map[string]string
+	if onDiskLoss != "" {
+		ann = map[string]string{diskfit.OnDiskLossAnnotation: onDiskLoss}
+	}
+	pvc := bound(makePVC(name, class, "1Gi", ann), pv)
+	pvc.UID = types.UID(name + "-uid")
+	return pvc
+}
+
+// replicaPod is a running pod of StatefulSet web on node-a using claim.
+func replicaPod(name, claim string) *corev1.Pod {
+	p := makePod(name).withClaim("data", claim).onNode("node-a").Pod
+	yes := true
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: "web-uid", Controller: &yes}}
+	return p
+}
+
+// drainCluster is node-a with, on nvme0, two replicas of StatefulSet web
+// whose class asks for release, a claim of that class that says keep, and
+// a claim of a plain class that asks for release, used by a pod no
+// controller owns; on nvme1 one more claim that asks for release.
+func drainCluster() *Clients {
+	releaseClass := diskfitClass("diskfit-release", "")
+	releaseClass.Parameters = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}
+	kube := []runtime.Object{
+		diskfitClass("diskfit", ""), releaseClass,
+		diskfitPV("pv-w0", "node-a", "nvme0", gi, "data-web-0"), drainPVC("data-web-0", "diskfit-release", "pv-w0", ""),
+		diskfitPV("pv-w1", "node-a", "nvme0", gi, "data-web-1"), drainPVC("data-web-1", "diskfit-release", "pv-w1", ""),
+		diskfitPV("pv-s", "node-a", "nvme0", gi, "scratch"), drainPVC("scratch", "diskfit-release", "pv-s", diskfit.OnDiskLossKeep),
+		diskfitPV("pv-t", "node-a", "nvme0", gi, "tool-data"), drainPVC("tool-data", "diskfit", "pv-t", diskfit.OnDiskLossRelease),
+		diskfitPV("pv-o", "node-a", "nvme1", gi, "other"), drainPVC("other", "diskfit-release", "pv-o", ""),
+		// A PV kept from an earlier release: its claim is gone.
+		diskfitPV("pv-old", "node-a", "nvme0", gi, "gone"),
+		replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"),
+		makePod("tool").withClaim("data", "tool-data").onNode("node-a").Pod,
+	}
+	dn := diskNode("node-a", time.Second, disk("nvme0", "nvme", 8*gi, 4*gi, 5), disk("nvme1", "nvme", 4*gi, 3*gi, 1))
+	return &Clients{Kube: kubefake.NewClientset(kube...), DiskFit: dffake.NewSimpleClientset(dn)}
+}
+
+const drainClaimsTable = `CLAIM            DISK   PV     PODS   OWNER            ON DISK LOSS
+shop/data-web-0  nvme0  pv-w0  web-0  StatefulSet web  release
+shop/data-web-1  nvme0  pv-w1  web-1  StatefulSet web  release
+shop/scratch     nvme0  pv-s   -      -                keep
+shop/tool-data   nvme0  pv-t   tool   -                release
+`
+
+// TestDrainLists drains without --release: the disk is cordoned (with
+// --dry-run not even that) and its claims listed, nothing else is written.
+func TestDrainLists(t *testing.T) {
+	advice := `
+4 claim(s) stay on disk node-a/nvme0; no new volume is placed there.
+To move them off:
+  - diskfit drain node-a/nvme0 --release releases those marked release: each claim and its pod are deleted, one replica
+    at a time, so that its StatefulSet recreates them on another disk; the old PV is kept (reclaim policy Retain).
+  - mark a claim first (kubectl annotate pvc -n NAMESPACE NAME diskfit.io/on-disk-loss=release, or the parameter on its StorageClass)
+    and run diskfit drain node-a/nvme0 --release;
+  - or move the data yourself: copy it to a new claim, then delete the old claim and its pod.
+`
+	tests := []struct {
+		name       string
+		args       []string
+		wantOut    string
+		wantWrites []string
+	}{
+		{
+			name: "cordons and lists",
+			args: []string{"drain", "node-a/nvme0", "--reason", "SMART errors"},
+			wantOut: "disk node-a/nvme0 cordoned: no new volume is placed on it; the volumes on it stay (reason: SMART errors)\n\n" +
+				"Claims on disk node-a/nvme0:\n" + drainClaimsTable + advice,
+			wantWrites: []string{"update disknodes node-a"},
+		},
+		{
+			name:    "dry run",
+			args:    []string{"drain", "node-a/nvme0", "--dry-run"},
+			wantOut: "Would cordon disk node-a/nvme0 (dry run: nothing is changed).\n\nClaims on disk node-a/nvme0:\n" + drainClaimsTable + advice,
+		},
+		{
+			name: "whole node, dry run",
+			args: []string{"drain", "node-a", "--dry-run"},
+			wantOut: "Would cordon node node-a (dry run: nothing is changed).\n\nClaims on node node-a:\n" + drainClaimsTable +
+				"shop/other       nvme1  pv-o   -      -                release\n" +
+				strings.NewReplacer("4 claim(s)", "5 claim(s)", "disk node-a/nvme0", "node node-a", "node-a/nvme0", "node-a").Replace(advice),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := drainCluster()
+			out, _, err := runWith(c, "", tc.args...)
+			checkResult(t, out, err, tc.wantOut, "")
+			if diff := cmp.Diff(tc.wantWrites, writes(c)); diff != "" {
+				t.Errorf("writes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDrainReleaseDryRun says what --release would do and changes nothing.
+func TestDrainReleaseDryRun(t *testing.T) {
+	c := drainCluster()
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--dry-run", "--timeout", "5m")
+	want := "Would cordon disk node-a/nvme0 (dry run: nothing is changed).\n\nClaims on disk node-a/nvme0:\n" + drainClaimsTable + `
+Would release claim shop/data-web-0: set PV pv-w0 to reclaim policy Retain, delete the claim and pod web-0.
+  Then wait up to 5m0s for StatefulSet web to run shop/web-0 again with a new bound claim.
+Would release claim shop/data-web-1: set PV pv-w1 to reclaim policy Retain, delete the claim and pod web-1.
+  Then wait up to 5m0s for StatefulSet web to run shop/web-1 again with a new bound claim.
+Would release claim shop/tool-data: set PV pv-t to reclaim policy Retain, delete the claim and pod tool.
+  No StatefulSet recreates it: no wait.
+Staying (not opted in, diskfit.io/on-disk-loss is not release): shop/scratch
+`
+	checkResult(t, out, err, want, "")
+	if w := writes(c); len(w) != 0 {
+		t.Errorf("a dry run wrote: %v", w)
+	}
+}
+
+// statefulSet does for the pods given what the StatefulSet controller
+// does: when one is gone, it creates its claims that are gone and the
+// pod, with new UIDs. The pod is Pending at first and Running on the next
+// look, its claims Bound, unless stuck: then they stay Pending (no disk
+// has room, say).
+func statefulSet(ctx context.Context, t *testing.T, client kubernetes.Interface, stuck bool, pods ...*corev1.Pod) {
+	look := func() {
+		for _, p := range pods {
+			got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			if err == nil {
+				if got.UID != p.UID && got.Status.Phase == corev1.PodPending && !stuck {
+					got.Status.Phase = corev1.PodRunning
+					if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+						t.Error(err)
+					}
+				}
+				continue
+			}
+			if !apierrors.IsNotFound(err) {
+				t.Error(err)
+				return
+			}
+			for _, v := range p.Spec.Volumes {
+				name := v.PersistentVolumeClaim.ClaimName
+				if _, err := client.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					continue
+				}
+				pvc := drainPVC(name, "diskfit-release", "pv-new-"+name, "")
+				pvc.UID = types.UID(name + "-new")
+				if stuck {
+					pvc.Spec.VolumeName, pvc.Status.Phase = "", corev1.ClaimPending
+				}
+				if _, err := client.CoreV1().PersistentVolumeClaims(p.Namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+			np := p.DeepCopy()
+			np.UID, np.ResourceVersion, np.Status.Phase = types.UID(p.Name+"-new"), "", corev1.PodPending
+			if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				look()
+			}
+		}
+	}()
+}
+
+// TestDrainRelease releases the claims that asked for it in order, one
+// replica at a time: the second replica's claim is touched only after the
+// first replica's pod runs again with a new bound claim; the pod without
+// a controller is released without waiting; the claim that says keep and
+// the other disk's claim are not touched.
+func TestDrainRelease(t *testing.T) {
+	c := drainCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
+
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release")
+	cancel()
+	want := "disk node-a/nvme0 cordoned: no new volume is placed on it; the volumes on it stay\n\nClaims on disk node-a/nvme0:\n" + drainClaimsTable + `
+Released claim shop/data-web-0: PV pv-w0 kept (reclaim policy Retain), claim and pod web-0 deleted.
+  Waiting up to 10m0s for StatefulSet web to run shop/web-0 again with a new bound claim...
+  shop/web-0 is running again.
+Released claim shop/data-web-1: PV pv-w1 kept (reclaim policy Retain), claim and pod web-1 deleted.
+  Waiting up to 10m0s for StatefulSet web to run shop/web-1 again with a new bound claim...
+  shop/web-1 is running again.
+Released claim shop/tool-data: PV pv-t kept (reclaim policy Retain), claim and pod tool deleted.
+  No StatefulSet recreates shop/tool: not waiting.
+
+Kept with their data (reclaim policy Retain):
+  PV pv-w0 on node-a/nvme0, was claim shop/data-web-0
+  PV pv-w1 on node-a/nvme0, was claim shop/data-web-1
+  PV pv-t on node-a/nvme0, was claim shop/tool-data
+Once a PV's data is not needed, let Kubernetes delete it and its volume:
+  kubectl patch pv NAME -p '{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}'
+Staying (not opted in, diskfit.io/on-disk-loss is not release): shop/scratch
+The disks stay cordoned; diskfit uncordon node-a/nvme0 puts them back into service.
+`
+	checkResult(t, out, err, want, "")
+	wantWrites := []string{
+		"patch persistentvolumes pv-w0", "delete persistentvolumeclaims data-web-0", "delete pods web-0",
+		"create persistentvolumeclaims data-web-0", "create pods web-0", "update pods/status web-0",
+		"patch persistentvolumes pv-w1", "delete persistentvolumeclaims data-web-1", "delete pods web-1",
+		"create persistentvolumeclaims data-web-1", "create pods web-1", "update pods/status web-1",
+		"patch persistentvolumes pv-t", "delete persistentvolumeclaims tool-data", "delete pods tool",
+		"update disknodes node-a",
+	}
+	if diff := cmp.Diff(wantWrites, writes(c)); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	for _, pv := range []string{"pv-w0", "pv-w1", "pv-t"} {
+		if got := reclaimPolicy(t, c, pv); got != corev1.PersistentVolumeReclaimRetain {
+			t.Errorf("PV %s has reclaim policy %q, want Retain", pv, got)
+		}
+	}
+}
+
+// TestDrainStopsWhenAReplicaDoesNotComeBack has the first replica's new
+// pod stay Pending: drain stops at the timeout with an error naming it and
+// touches nothing of the next replica or claim.
+func TestDrainStopsWhenAReplicaDoesNotComeBack(t *testing.T) {
+	c := drainCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	statefulSet(ctx, t, c.Kube, true, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
+
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--timeout", "50ms")
+	cancel()
+	checkResult(t, "", err, "", "replica shop/web-0 of StatefulSet web is not back after 50ms: pod web-0 is Pending, claim data-web-0 is Pending; "+
+		"not released: shop/web-1, shop/tool (run drain again once it runs)")
+	if !strings.Contains(out, "Kept with their data (reclaim policy Retain):\n  PV pv-w0 on node-a/nvme0, was claim shop/data-web-0\nOnce") {
+		t.Errorf("output does not list the PV kept:\n%s", out)
+	}
+	for _, w := range writes(c) {
+		if strings.Contains(w, "web-1") || strings.Contains(w, "pv-t") || strings.Contains(w, "tool") {
+			t.Errorf("drain wrote %q after the first replica did not come back", w)
+		}
+	}
+	if got := reclaimPolicy(t, c, "pv-w1"); got == corev1.PersistentVolumeReclaimRetain {
+		t.Error("PV pv-w1 of the next replica was set to Retain")
+	}
+	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims("shop").Get(context.Background(), "data-web-1", metav1.GetOptions{})
+	if err != nil || pvc.UID != "data-web-1-uid" {
+		t.Errorf("claim data-web-1 of the next replica: %v, %v", pvc, err)
+	}
+}
+
+func reclaimPolicy(t *testing.T, c *Clients, pv string) corev1.PersistentVolumeReclaimPolicy {
+	t.Helper()
+	got, err := c.Kube.CoreV1().PersistentVolumes().Get(context.Background(), pv, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got.Spec.PersistentVolumeReclaimPolicy
+}
+
+// TestDrainErrors checks the argument and the disk before anything is
+// written.
+func TestDrainErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"drain", "node-a/sda"}, "node node-a has no disk sda: its disks are nvme0, nvme1"},
+		{[]string{"drain", "node-x"}, `reading DiskNode node-x: disknodes.diskfit.io "node-x" not found`},
+		{[]string{"drain", "node-a", "--release", "--timeout", "0"}, "--timeout must be positive: drain waits for each replica before the next"},
+	} {
+		c := drainCluster()
+		_, _, err := runWith(c, "", tc.args...)
+		checkResult(t, "", err, "", tc.wantErr)
+		if w := writes(c); len(w) != 0 {
+			t.Errorf("%v wrote %v", tc.args, w)
+		}
+	}
+}
