@@ -264,8 +264,16 @@ func (o *drainOptions) describeRelease(out io.Writer, r drainReplica) {
 	if sts := r.claims[0].statefulSet; sts != "" {
 		fmt.Fprintf(out, "  Then wait up to %s for StatefulSet %s to run %s again with a new bound claim.\n", o.timeout, sts, r.name())
 	} else {
-		fmt.Fprintln(out, "  No StatefulSet recreates it: no wait.")
+		fmt.Fprintf(out, "  %s: no wait.\n", r.noStatefulSet())
 	}
+}
+
+// noStatefulSet says why nothing recreates a replica no StatefulSet owns.
+func (r drainReplica) noStatefulSet() string {
+	if r.claims[0].podNames() == "" {
+		return "No pod on its node uses it"
+	}
+	return "No StatefulSet owns " + r.name()
 }
 
 // releaseReplica releases the replica's claims and waits for its
@@ -285,7 +293,7 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 	}
 	sts := r.claims[0].statefulSet
 	if sts == "" {
-		fmt.Fprintf(out, "  No StatefulSet recreates %s: not waiting.\n", r.name())
+		fmt.Fprintf(out, "  %s: not waiting.\n", r.noStatefulSet())
 		return released, nil
 	}
 	fmt.Fprintf(out, "  Waiting up to %s for StatefulSet %s to run %s again with a new bound claim...\n", o.timeout, sts, r.name())

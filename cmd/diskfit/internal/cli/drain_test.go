@@ -129,7 +129,7 @@ Would release claim shop/data-web-0: set PV pv-w0 to reclaim policy Retain, dele
 Would release claim shop/data-web-1: set PV pv-w1 to reclaim policy Retain, delete the claim and pod web-1.
   Then wait up to 5m0s for StatefulSet web to run shop/web-1 again with a new bound claim.
 Would release claim shop/tool-data: set PV pv-t to reclaim policy Retain, delete the claim and pod tool.
-  No StatefulSet recreates it: no wait.
+  No StatefulSet owns shop/tool: no wait.
 Staying (not opted in, diskfit.io/on-disk-loss is not release): shop/scratch
 `
 	checkResult(t, out, err, want, "")
@@ -216,7 +216,7 @@ Released claim shop/data-web-1: PV pv-w1 kept (reclaim policy Retain), claim and
   Waiting up to 10m0s for StatefulSet web to run shop/web-1 again with a new bound claim...
   shop/web-1 is running again.
 Released claim shop/tool-data: PV pv-t kept (reclaim policy Retain), claim and pod tool deleted.
-  No StatefulSet recreates shop/tool: not waiting.
+  No StatefulSet owns shop/tool: not waiting.
 
 Kept with their data (reclaim policy Retain):
   PV pv-w0 on node-a/nvme0, was claim shop/data-web-0
