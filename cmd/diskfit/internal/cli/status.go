@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
@@ -63,12 +64,33 @@ type DiskReport struct {
 	Healthy bool `json:"healthy"`
 	// Message explains the disk's health.
 	Message string `json:"message,omitempty"`
+	// Unschedulable is true when the DiskNode's spec takes the disk out
+	// of service for new volumes (diskfit cordon), the disk itself or its
+	// whole node; UnschedulableReason is the admin's reason.
+	Unschedulable       bool   `json:"unschedulable"`
+	UnschedulableReason string `json:"unschedulableReason,omitempty"`
 	// VolumesWithoutPV and BytesWithoutPV count the disk's volumes that no
 	// PersistentVolume refers to; WithoutPV lists them (at most 32, the
 	// longest without a PV first).
 	VolumesWithoutPV int32                      `json:"volumesWithoutPV"`
 	BytesWithoutPV   int64                      `json:"bytesWithoutPV"`
 	WithoutPV        []v1alpha1.VolumeWithoutPV `json:"withoutPV,omitempty"`
+	// Claims are the bound claims on an unhealthy or unschedulable disk,
+	// sorted by namespace and name; absent on other disks.
+	Claims []DiskClaimReport `json:"claims,omitempty"`
+}
+
+// DiskClaimReport is a claim on an unhealthy or unschedulable disk.
+type DiskClaimReport struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// PV is the claim's PersistentVolume.
+	PV string `json:"pv"`
+	// ReleaseOnDiskLoss is true when the claim (or its StorageClass)
+	// asked to be released when its disk is lost: diskfit-controller
+	// releases it when the disk fails for good, diskfit drain --release
+	// when an admin drains it. Otherwise it stays.
+	ReleaseOnDiskLoss bool `json:"releaseOnDiskLoss"`
 }
 
 // statusOptions are diskfit status's flags and arguments.
@@ -85,8 +107,9 @@ func newStatusCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command
 		Short: "Show capacity, use and health of every diskfit disk",
 		Long: "status prints, per node and disk, the capacity, the space used and " +
 			"free, the number of volumes and the health the node's diskfit driver " +
-			"last reported in its DiskNode, and the volumes that no PersistentVolume " +
-			"refers to. With node names, only those nodes.",
+			"last reported in its DiskNode, whether the disk is cordoned (diskfit cordon), " +
+			"the claims on unhealthy or cordoned disks and the volumes that no " +
+			"PersistentVolume refers to. With node names, only those nodes.",
 		Example: "  diskfit status\n  diskfit status node-a -o yaml",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.nodes = args
@@ -126,6 +149,9 @@ func (o *statusOptions) run(ctx context.Context, c *Clients, streams genericioop
 		}
 	}
 	report := NewStatusReport(items)
+	if err := report.addClaims(ctx, c); err != nil {
+		fmt.Fprintf(streams.ErrOut, "Warning: the claims on unhealthy or cordoned disks are not shown: %v\n", err)
+	}
 	if o.output != "" {
 		return printEncoded(streams.Out, o.output, report)
 	}
@@ -148,6 +174,7 @@ func NewStatusReport(items []v1alpha1.DiskNode) StatusReport {
 			n.ObservedTime = &t
 		}
 		for _, d := range dn.Status.Disks {
+			unschedulable, reason := dn.Spec.DiskUnschedulable(d.Name)
 			n.Disks = append(n.Disks, DiskReport{
 				Name:          d.Name,
 				Backend:       string(d.Backend),
@@ -158,6 +185,9 @@ func NewStatusReport(items []v1alpha1.DiskNode) StatusReport {
 				VolumeCount:   d.VolumeCount,
 				Healthy:       d.Healthy,
 				Message:       d.Message,
+
+				Unschedulable:       unschedulable,
+				UnschedulableReason: reason,
 
 				VolumesWithoutPV: d.VolumesWithoutPV,
 				BytesWithoutPV:   d.BytesWithoutPV,
@@ -170,17 +200,43 @@ func NewStatusReport(items []v1alpha1.DiskNode) StatusReport {
 	return r
 }
 
+// addClaims fills in the claims of the unhealthy and unschedulable
+// disks.
+func (r *StatusReport) addClaims(ctx context.Context, c *Clients) error {
+	affected := map[diskfit.Location]*DiskReport{}
+	for i := range r.Nodes {
+		for j := range r.Nodes[i].Disks {
+			if d := &r.Nodes[i].Disks[j]; !d.Healthy || d.Unschedulable {
+				affected[diskfit.Location{Node: r.Nodes[i].Name, Disk: d.Name}] = d
+			}
+		}
+	}
+	if len(affected) == 0 {
+		return nil
+	}
+	claims, err := claimsOn(ctx, c, func(loc diskfit.Location) bool { return affected[loc] != nil })
+	if err != nil {
+		return err
+	}
+	for _, cl := range claims {
+		d := affected[cl.loc]
+		d.Claims = append(d.Claims, DiskClaimReport{Namespace: cl.PVC.Namespace, Name: cl.PVC.Name, PV: cl.PV.Name, ReleaseOnDiskLoss: cl.release})
+	}
+	return nil
+}
+
 // barWidth is the number of cells of a usage bar.
 const barWidth = 20
 
 // PrintStatusTable writes the report as a table, one row per disk, the
 // node's name and the age of its report on its first row, then the
-// messages of unhealthy disks and the volumes without a PV.
+// reasons of unhealthy and cordoned disks, the claims on them and the
+// volumes without a PV.
 func PrintStatusTable(out io.Writer, r StatusReport, now time.Time) error {
 	var buf bytes.Buffer
 	w := tabwriter.NewWriter(&buf, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tDISK\tCLASS\tBACKEND\tCAPACITY\tUSED\tFREE\tVOLUMES\tHEALTH\tUSAGE\tOBSERVED")
-	var problems, withoutPV []string
+	var problems, cordoned, claims, withoutPV []string
 	for _, n := range r.Nodes {
 		observed := "never"
 		if n.ObservedTime != nil {
@@ -201,6 +257,17 @@ func PrintStatusTable(out io.Writer, r StatusReport, now time.Time) error {
 				health = "UNHEALTHY"
 				problems = append(problems, fmt.Sprintf("%s/%s: %s", n.Name, d.Name, cmp.Or(d.Message, "no reason given")))
 			}
+			if d.Unschedulable {
+				health += ",cordoned"
+				cordoned = append(cordoned, fmt.Sprintf("%s/%s: %s", n.Name, d.Name, cmp.Or(d.UnschedulableReason, "no reason given")))
+			}
+			for _, cl := range d.Claims {
+				what := diskfit.OnDiskLossKeep
+				if cl.ReleaseOnDiskLoss {
+					what = diskfit.OnDiskLossRelease
+				}
+				claims = append(claims, fmt.Sprintf("%s/%s: %s/%s (%s)", n.Name, d.Name, cl.Namespace, cl.Name, what))
+			}
 			withoutPV = append(withoutPV, describeWithoutPV(n.Name, d, now)...)
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
 				node, d.Name, cmp.Or(d.DeviceClass, "-"), d.Backend,
@@ -213,6 +280,17 @@ func PrintStatusTable(out io.Writer, r StatusReport, now time.Time) error {
 	}
 	if len(problems) > 0 {
 		if _, err := fmt.Fprintf(out, "\nUnhealthy disks:\n  %s\n", strings.Join(problems, "\n  ")); err != nil {
+			return err
+		}
+	}
+	if len(cordoned) > 0 {
+		if _, err := fmt.Fprintf(out, "\nCordoned disks (no new volumes; diskfit uncordon NODE[/DISK] puts them back):\n  %s\n", strings.Join(cordoned, "\n  ")); err != nil {
+			return err
+		}
+	}
+	if len(claims) > 0 {
+		if _, err := fmt.Fprintf(out, "\nClaims on unhealthy or cordoned disks (release: moved off by diskfit drain --release, or when the disk fails for good; keep: stays):\n  %s\n",
+			strings.Join(claims, "\n  ")); err != nil {
 			return err
 		}
 	}

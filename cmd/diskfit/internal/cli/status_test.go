@@ -1,16 +1,22 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/yaml"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
@@ -168,9 +174,11 @@ func TestStatusMachineReadable(t *testing.T) {
 // TestStatusJSONSchema pins the documented field names and their order:
 // scripts read them, so a change here is a schema version change.
 func TestStatusJSONSchema(t *testing.T) {
-	out, _, err := runCommand(t, "", nil, []runtime.Object{
-		diskNode("n1", time.Minute, unhealthy(disk("d0", "ssd", 2*gi, gi, 2), "gone")),
-	}, "status", "-o", "json")
+	dn := diskNode("n1", time.Minute, unhealthy(disk("d0", "ssd", 2*gi, gi, 2), "gone"))
+	dn.Spec.Disks = []v1alpha1.DiskSpec{{Name: "d0", Unschedulable: true, Reason: "replace"}}
+	out, _, err := runCommand(t, "", []runtime.Object{
+		diskfitPV("pv-1", "n1", "d0", gi, "data-0"), drainPVC("data-0", "diskfit", "pv-1", diskfit.OnDiskLossRelease),
+	}, []runtime.Object{dn}, "status", "-o", "json")
 	if err != nil {
 		t.Fatalf("unexpected error: %v", err)
 	}
@@ -191,8 +199,18 @@ func TestStatusJSONSchema(t *testing.T) {
           "volumeCount": 2,
           "healthy": false,
           "message": "gone",
+          "unschedulable": true,
+          "unschedulableReason": "replace",
           "volumesWithoutPV": 0,
-          "bytesWithoutPV": 0
+          "bytesWithoutPV": 0,
+          "claims": [
+            {
+              "namespace": "shop",
+              "name": "data-0",
+              "pv": "pv-1",
+              "releaseOnDiskLoss": true
+            }
+          ]
         }
       ]
     }
@@ -201,6 +219,64 @@ func TestStatusJSONSchema(t *testing.T) {
 `
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("JSON (-want +got):\n%s", diff)
+	}
+}
+
+// TestStatusShowsCordonedDisksAndTheirClaims: a cordoned disk and an
+// unhealthy one are marked, with their reasons, and the claims on them are
+// listed with what becomes of them; those of a working disk are not.
+func TestStatusShowsCordonedDisksAndTheirClaims(t *testing.T) {
+	c := drainCluster()
+	ctx := context.Background()
+	dn, err := c.DiskFit.DiskfitV1alpha1().DiskNodes().Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dn.Status.Disks[1] = unhealthy(dn.Status.Disks[1], "I/O errors")
+	dn.Status.Disks = append(dn.Status.Disks, disk("ssd0", "ssd", 4*gi, 3*gi, 1))
+	if _, err := c.DiskFit.DiskfitV1alpha1().DiskNodes().Update(ctx, dn, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []runtime.Object{diskfitPV("pv-ssd", "node-a", "ssd0", gi, "fine"), drainPVC("fine", "diskfit", "pv-ssd", "")} {
+		if err := c.Kube.(*kubefake.Clientset).Tracker().Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := runWith(c, "", "cordon", "node-a/nvme0", "--reason", "SMART errors"); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runWith(c, "", "status")
+	want := `NODE    DISK   CLASS  BACKEND  CAPACITY  USED  FREE  VOLUMES  HEALTH       USAGE                        OBSERVED
+node-a  nvme0  nvme   file     8Gi       4Gi   4Gi   5        ok,cordoned  [##########..........]  50%  1s ago
+        nvme1  nvme   file     4Gi       1Gi   3Gi   1        UNHEALTHY    [#####...............]  25%
+        ssd0   ssd    file     4Gi       1Gi   3Gi   1        ok           [#####...............]  25%
+
+Unhealthy disks:
+  node-a/nvme1: I/O errors
+
+Cordoned disks (no new volumes; diskfit uncordon NODE[/DISK] puts them back):
+  node-a/nvme0: SMART errors
+
+Claims on unhealthy or cordoned disks (release: moved off by diskfit drain --release, or when the disk fails for good; keep: stays):
+  node-a/nvme0: shop/data-web-0 (release)
+  node-a/nvme0: shop/data-web-1 (release)
+  node-a/nvme0: shop/scratch (keep)
+  node-a/nvme0: shop/tool-data (release)
+  node-a/nvme1: shop/other (release)
+`
+	checkResult(t, out, err, want, "")
+	if errOut != "" {
+		t.Errorf("stderr: %s", errOut)
+	}
+
+	// Someone who may not list PVs still gets the rest.
+	c.Kube.(*kubefake.Clientset).PrependReactor("list", "persistentvolumes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("persistentvolumes"), "", nil)
+	})
+	out, errOut, err = runWith(c, "", "status")
+	checkResult(t, out, err, want[:strings.Index(want, "\nClaims on")], "")
+	if !strings.HasPrefix(errOut, "Warning: the claims on unhealthy or cordoned disks are not shown: listing PersistentVolumes: ") {
+		t.Errorf("stderr: %s", errOut)
 	}
 }
 
