@@ -302,6 +302,9 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 		state = replicaState(ctx, c, r)
 		return len(state) == 0, nil
 	})
+	if ctx.Err() != nil {
+		return released, fmt.Errorf("interrupted while waiting for replica %s of StatefulSet %s: %w", r.name(), sts, ctx.Err())
+	}
 	if err != nil {
 		return released, fmt.Errorf("replica %s of StatefulSet %s is not back after %s: %s", r.name(), sts, o.timeout, strings.Join(state, ", "))
 	}
