@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +26,7 @@ import (
 	dfinformers "github.com/diskfit/diskfit/apis/client/informers/externalversions"
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/lifecycle/lifecycletest"
 )
 
 const (
@@ -102,7 +102,7 @@ func newEnv(t *testing.T, objs []runtime.Object, dns ...*v1alpha1.DiskNode) *env
 		dnObjs = append(dnObjs, dn)
 	}
 	e.client = k8sfake.NewClientset(objs...)
-	protectClaims(e.client)
+	lifecycletest.ProtectClaims(e.client)
 	e.df = dffake.NewSimpleClientset(dnObjs...)
 	factory := informers.NewSharedInformerFactory(e.client, 0)
 	dfFactory := dfinformers.NewSharedInformerFactory(e.df, 0)
@@ -126,31 +126,6 @@ func newEnv(t *testing.T, objs []runtime.Object, dns ...*v1alpha1.DiskNode) *env
 		}
 	}
 	return e
-}
-
-// protectClaims makes the fake API server delete claims as the real one
-// does: a UID precondition that does not match is a Conflict, and a claim
-// with finalizers (pvc-protection, while a pod uses it) only gets a
-// deletion timestamp.
-func protectClaims(client *k8sfake.Clientset) {
-	client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		del := a.(clienttesting.DeleteActionImpl)
-		obj, err := client.Tracker().Get(a.GetResource(), a.GetNamespace(), del.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
-		if p := del.DeleteOptions.Preconditions; p != nil && p.UID != nil && *p.UID != pvc.UID {
-			return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), del.Name, fmt.Errorf("precondition UID %s, object UID %s", *p.UID, pvc.UID))
-		}
-		if len(pvc.Finalizers) == 0 {
-			return false, nil, nil
-		}
-		if pvc.DeletionTimestamp == nil {
-			pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-		}
-		return true, nil, client.Tracker().Update(a.GetResource(), pvc, a.GetNamespace())
-	})
 }
 
 // step moves the clock on and has every DiskNode report afresh, as the
@@ -221,8 +196,7 @@ func node(name string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{
 
 // claim returns a PVC of class bound to a PV on node/disk, and the PV.
 func claim(name, class, nodeName, disk string, annotations map[string]string) []runtime.Object {
-	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: annotations,
-		Finalizers: []string{"kubernetes.io/pvc-protection"}}}
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Annotations: annotations}}
 	pvc.Spec.StorageClassName = &class
 	pvc.Spec.VolumeName = "pv-" + name
 	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name, UID: types.UID("uid-pv-" + name)}}

@@ -17,6 +17,7 @@ import (
 
 	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/csi-driver/lifecycle/lifecycletest"
 )
 
 // drainPVC is a claim in shop bound to pv, with the UID diskfitPV's claim
@@ -59,7 +60,9 @@ func drainCluster() *Clients {
 		makePod("tool").withClaim("data", "tool-data").onNode("node-a").Pod,
 	}
 	dn := diskNode("node-a", time.Second, disk("nvme0", "nvme", 8*gi, 4*gi, 5), disk("nvme1", "nvme", 4*gi, 3*gi, 1))
-	return &Clients{Kube: kubefake.NewClientset(kube...), DiskFit: dffake.NewSimpleClientset(dn)}
+	client := kubefake.NewClientset(kube...)
+	lifecycletest.ProtectClaims(client)
+	return &Clients{Kube: client, DiskFit: dffake.NewSimpleClientset(dn)}
 }
 
 const drainClaimsTable = `CLAIM            DISK   PV     PODS   OWNER            ON DISK LOSS

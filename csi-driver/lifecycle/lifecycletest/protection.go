@@ -1,0 +1,87 @@
+// Package lifecycletest makes a fake clientset delete claims the way a
+// real cluster does, for tests of code that releases claims.
+package lifecycletest
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+var (
+	pvcs = v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+	pods = v1.SchemeGroupVersion.WithResource("pods")
+)
+
+// ProtectClaims makes client delete claims as an API server with the
+// pvc-protection controller does: a UID precondition that does not match
+// is a Conflict; a claim that a scheduled pod uses only gets a deletion
+// timestamp, and goes once the last such pod is deleted.
+func ProtectClaims(client *k8sfake.Clientset) {
+	tracker := client.Tracker()
+	client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		del := a.(clienttesting.DeleteActionImpl)
+		obj, err := tracker.Get(pvcs, a.GetNamespace(), del.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
+		if p := del.DeleteOptions.Preconditions; p != nil && p.UID != nil && *p.UID != pvc.UID {
+			return true, nil, apierrors.NewConflict(pvcs.GroupResource(), del.Name,
+				fmt.Errorf("precondition UID %s, object UID %s", *p.UID, pvc.UID))
+		}
+		if !usedByScheduledPod(tracker, pvc) {
+			return true, nil, tracker.Delete(pvcs, pvc.Namespace, pvc.Name)
+		}
+		if pvc.DeletionTimestamp == nil {
+			pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		return true, nil, tracker.Update(pvcs, pvc, pvc.Namespace)
+	})
+	client.PrependReactor("delete", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		del := a.(clienttesting.DeleteActionImpl)
+		obj, err := tracker.Get(pods, a.GetNamespace(), del.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*v1.Pod)
+		if p := del.DeleteOptions.Preconditions; p != nil && p.UID != nil && *p.UID != pod.UID {
+			return true, nil, apierrors.NewConflict(pods.GroupResource(), del.Name,
+				fmt.Errorf("precondition UID %s, object UID %s", *p.UID, pod.UID))
+		}
+		if err := tracker.Delete(pods, pod.Namespace, pod.Name); err != nil {
+			return true, nil, err
+		}
+		// The pvc-protection controller lets claims being deleted go once
+		// no scheduled pod uses them.
+		list, err := tracker.List(pvcs, v1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), pod.Namespace)
+		if err != nil {
+			return true, nil, err
+		}
+		for _, c := range list.(*v1.PersistentVolumeClaimList).Items {
+			if c.DeletionTimestamp != nil && !usedByScheduledPod(tracker, &c) {
+				_ = tracker.Delete(pvcs, c.Namespace, c.Name)
+			}
+		}
+		return true, nil, nil
+	})
+}
+
+func usedByScheduledPod(tracker clienttesting.ObjectTracker, pvc *v1.PersistentVolumeClaim) bool {
+	list, err := tracker.List(pods, v1.SchemeGroupVersion.WithKind("Pod"), pvc.Namespace)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(list.(*v1.PodList).Items, func(p v1.Pod) bool {
+		return p.Spec.NodeName != "" && slices.ContainsFunc(p.Spec.Volumes, func(v v1.Volume) bool {
+			return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc.Name
+		})
+	})
+}
