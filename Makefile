@@ -9,11 +9,13 @@ GO    ?= go
 # local cluster needs the sidecars from bin/.
 export PATH := $(BIN):$(PATH)
 
-TOOLS := deepcopy-gen client-gen lister-gen informer-gen controller-gen \
+TOOLS := deepcopy-gen conversion-gen defaulter-gen client-gen lister-gen informer-gen controller-gen \
          csi-provisioner csi-resizer csi-snapshotter snapshot-controller csi-sanity \
          staticcheck govulncheck
 TOOL_PKGS := \
 	k8s.io/code-generator/cmd/deepcopy-gen \
+	k8s.io/code-generator/cmd/conversion-gen \
+	k8s.io/code-generator/cmd/defaulter-gen \
 	k8s.io/code-generator/cmd/client-gen \
 	k8s.io/code-generator/cmd/lister-gen \
 	k8s.io/code-generator/cmd/informer-gen \
@@ -52,7 +54,7 @@ deps: ## Install the system packages the tests and demo need (xfsprogs, e2fsprog
 tools: $(BIN)/.tools-stamp ## Build the pinned generators, linters, sidecars and csi-sanity into bin/.
 
 .PHONY: generate
-generate: tools ## Regenerate deepcopy, clientset, listers, informers and the CRD YAML.
+generate: tools ## Regenerate deepcopy, clientset, listers, informers, the CRD YAML, and the plugin args' deepcopy, conversion and defaulters.
 	hack/update-codegen.sh
 
 .PHONY: verify

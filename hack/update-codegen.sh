@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Regenerates everything derived from the DiskNode API types:
-#   deepcopy functions, the typed clientset, listers and informers, and the CRD YAML.
+# Regenerates everything derived from the API types:
+#   for the DiskNode API: deepcopy functions, the typed clientset, listers and
+#   informers, and the CRD YAML;
+#   for the DiskFit plugin arguments: deepcopy functions (internal and v1),
+#   and v1's conversions to the internal type and defaulter registration.
 # The generators come from hack/tools (pinned versions), built into bin/ by `make tools`.
 set -euo pipefail
 
@@ -12,9 +15,13 @@ apis=apis
 client=apis/client
 header=hack/boilerplate.go.txt
 pkgs=("$module/$apis/diskfit/v1alpha1")
+args=scheduler-plugin/apis/config
+args_pkgs=("$module/$args" "$module/$args/v1")
 
-rm -f "$apis"/diskfit/v1alpha1/zz_generated.deepcopy.go
-"$bin/deepcopy-gen" --go-header-file "$header" --output-file zz_generated.deepcopy.go "${pkgs[@]}"
+rm -f "$apis"/diskfit/v1alpha1/zz_generated.deepcopy.go "$args"/zz_generated.deepcopy.go "$args"/v1/zz_generated.*.go
+"$bin/deepcopy-gen" --go-header-file "$header" --output-file zz_generated.deepcopy.go "${pkgs[@]}" "${args_pkgs[@]}"
+"$bin/conversion-gen" --go-header-file "$header" --output-file zz_generated.conversion.go "$module/$args/v1"
+"$bin/defaulter-gen" --go-header-file "$header" --output-file zz_generated.defaults.go "$module/$args/v1"
 
 rm -rf "$client"
 "$bin/client-gen" --go-header-file "$header" \

@@ -6,7 +6,11 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-generated=(apis/diskfit/v1alpha1/zz_generated.deepcopy.go apis/client manifests/base/crd)
+generated=(apis/diskfit/v1alpha1/zz_generated.deepcopy.go apis/client manifests/base/crd
+  scheduler-plugin/apis/config/zz_generated.deepcopy.go
+  scheduler-plugin/apis/config/v1/zz_generated.deepcopy.go
+  scheduler-plugin/apis/config/v1/zz_generated.conversion.go
+  scheduler-plugin/apis/config/v1/zz_generated.defaults.go)
 # Regenerate into a copy of the tree so the working tree is never touched.
 cd "$root"
 git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$tmp" 2>/dev/null || true

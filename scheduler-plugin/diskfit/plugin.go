@@ -241,7 +241,7 @@ func decodeArgs(obj runtime.Object) (*config.DiskFitArgs, error) {
 		return a, nil
 	case *configv1.DiskFitArgs:
 		v := a.DeepCopy()
-		configv1.SetDefaults_DiskFitArgs(v)
+		configv1.SetObjectDefaults_DiskFitArgs(v)
 		out := &config.DiskFitArgs{}
 		if err := configv1.Convert_v1_DiskFitArgs_To_config_DiskFitArgs(v, out, nil); err != nil {
 			return nil, fmt.Errorf("converting DiskFit args: %w", err)
@@ -255,7 +255,7 @@ func decodeArgs(obj runtime.Object) (*config.DiskFitArgs, error) {
 // DefaultArgs returns the internal args with every default applied.
 func DefaultArgs() *config.DiskFitArgs {
 	v := &configv1.DiskFitArgs{}
-	configv1.SetDefaults_DiskFitArgs(v)
+	configv1.SetObjectDefaults_DiskFitArgs(v)
 	out := &config.DiskFitArgs{}
 	// The conversion cannot fail on defaulted input.
 	_ = configv1.Convert_v1_DiskFitArgs_To_config_DiskFitArgs(v, out, nil)

@@ -1,4 +1,9 @@
+// +k8s:deepcopy-gen=package
+
 // Package config holds the internal (unversioned) DiskFit plugin arguments.
 // They are registered with kube-scheduler's internal config group, so a
 // KubeSchedulerConfiguration's pluginConfig can carry them.
+//
+// Deep-copy functions are generated (zz_generated.deepcopy.go,
+// hack/update-codegen.sh).
 package config

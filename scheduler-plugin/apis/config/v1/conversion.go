@@ -1,62 +1,32 @@
 package v1
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/conversion"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 )
 
-// RegisterConversions registers the conversions between v1 and internal
-// DiskFitArgs with a scheme.
-func RegisterConversions(s *runtime.Scheme) error {
-	if err := s.AddConversionFunc((*DiskFitArgs)(nil), (*config.DiskFitArgs)(nil), func(a, b interface{}, scope conversion.Scope) error {
-		return Convert_v1_DiskFitArgs_To_config_DiskFitArgs(a.(*DiskFitArgs), b.(*config.DiskFitArgs), scope)
-	}); err != nil {
-		return err
+// The conversions below are the only hand-written ones: v1 has an optional
+// *ScoringStrategy where the internal type has a value, a pair
+// conversion-gen cannot convert by itself. It finds these functions by their
+// signature and calls them from zz_generated.conversion.go; every other
+// field, including the other pointers (through apimachinery's
+// Convert_Pointer_* helpers), is converted by generated code.
+
+// Convert_Pointer_v1_ScoringStrategy_To_config_ScoringStrategy converts an
+// optional v1 strategy; nil (never seen after defaulting) becomes the zero
+// value.
+func Convert_Pointer_v1_ScoringStrategy_To_config_ScoringStrategy(in **ScoringStrategy, out *config.ScoringStrategy, s conversion.Scope) error { //nolint:revive // scheme naming convention
+	if *in == nil {
+		*out = config.ScoringStrategy{}
+		return nil
 	}
-	return s.AddConversionFunc((*config.DiskFitArgs)(nil), (*DiskFitArgs)(nil), func(a, b interface{}, scope conversion.Scope) error {
-		return Convert_config_DiskFitArgs_To_v1_DiskFitArgs(a.(*config.DiskFitArgs), b.(*DiskFitArgs), scope)
-	})
+	return Convert_v1_ScoringStrategy_To_config_ScoringStrategy(*in, out, s)
 }
 
-// Convert_v1_DiskFitArgs_To_config_DiskFitArgs converts defaulted v1 args to
-// the internal type; unset pointers become zero values.
-func Convert_v1_DiskFitArgs_To_config_DiskFitArgs(in *DiskFitArgs, out *config.DiskFitArgs, _ conversion.Scope) error { //nolint:revive // scheme naming convention
-	*out = config.DiskFitArgs{}
-	if in.BindTimeoutSeconds != nil {
-		out.BindTimeoutSeconds = *in.BindTimeoutSeconds
-	}
-	if in.ScoringStrategy != nil {
-		out.ScoringStrategy.Type = config.ScoringStrategyType(in.ScoringStrategy.Type)
-		for _, w := range in.ScoringStrategy.DeviceClassWeights {
-			out.ScoringStrategy.DeviceClassWeights = append(out.ScoringStrategy.DeviceClassWeights,
-				config.DeviceClassWeight{DeviceClass: w.DeviceClass, Weight: w.Weight})
-		}
-	}
-	if in.MaxDiskNodeAge != nil {
-		out.MaxDiskNodeAge = *in.MaxDiskNodeAge
-	}
-	if in.MaxExactClaims != nil {
-		out.MaxExactClaims = *in.MaxExactClaims
-	}
-	return nil
-}
-
-// Convert_config_DiskFitArgs_To_v1_DiskFitArgs converts internal args to v1.
-func Convert_config_DiskFitArgs_To_v1_DiskFitArgs(in *config.DiskFitArgs, out *DiskFitArgs, _ conversion.Scope) error { //nolint:revive // scheme naming convention
-	*out = DiskFitArgs{}
-	bind := in.BindTimeoutSeconds
-	out.BindTimeoutSeconds = &bind
-	out.ScoringStrategy = &ScoringStrategy{Type: ScoringStrategyType(in.ScoringStrategy.Type)}
-	for _, w := range in.ScoringStrategy.DeviceClassWeights {
-		out.ScoringStrategy.DeviceClassWeights = append(out.ScoringStrategy.DeviceClassWeights,
-			DeviceClassWeight{DeviceClass: w.DeviceClass, Weight: w.Weight})
-	}
-	age := metav1.Duration{Duration: in.MaxDiskNodeAge.Duration}
-	out.MaxDiskNodeAge = &age
-	exact := in.MaxExactClaims
-	out.MaxExactClaims = &exact
-	return nil
+// Convert_config_ScoringStrategy_To_Pointer_v1_ScoringStrategy converts the
+// internal strategy to a newly allocated v1 one.
+func Convert_config_ScoringStrategy_To_Pointer_v1_ScoringStrategy(in *config.ScoringStrategy, out **ScoringStrategy, s conversion.Scope) error { //nolint:revive // scheme naming convention
+	*out = new(ScoringStrategy)
+	return Convert_config_ScoringStrategy_To_v1_ScoringStrategy(in, *out, s)
 }

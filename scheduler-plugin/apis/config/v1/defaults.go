@@ -4,7 +4,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 )
 
@@ -18,7 +17,9 @@ const (
 	DefaultMaxExactClaims int32 = 8
 )
 
-// SetDefaults_DiskFitArgs fills unset fields.
+// SetDefaults_DiskFitArgs fills unset fields. The generated
+// SetObjectDefaults_DiskFitArgs calls it, and the scheme through
+// RegisterDefaults.
 func SetDefaults_DiskFitArgs(obj *DiskFitArgs) { //nolint:revive // scheme naming convention
 	if obj.BindTimeoutSeconds == nil {
 		obj.BindTimeoutSeconds = ptr.To(DefaultBindTimeoutSeconds)
@@ -40,10 +41,4 @@ func SetDefaults_DiskFitArgs(obj *DiskFitArgs) { //nolint:revive // scheme namin
 	if obj.MaxExactClaims == nil {
 		obj.MaxExactClaims = ptr.To(DefaultMaxExactClaims)
 	}
-}
-
-// RegisterDefaults registers the defaulting function with a scheme.
-func RegisterDefaults(s *runtime.Scheme) error {
-	s.AddTypeDefaultingFunc(&DiskFitArgs{}, func(obj interface{}) { SetDefaults_DiskFitArgs(obj.(*DiskFitArgs)) })
-	return nil
 }

@@ -6,11 +6,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
-
-	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 )
 
+// TestSetDefaults: an unset field takes the documented default; an explicit
+// zero is kept (validation then gives it its one meaning), except a weight,
+// where 0 and unset are the same and become 1.
 func TestSetDefaults(t *testing.T) {
 	tests := []struct {
 		name string
@@ -34,61 +36,51 @@ func TestSetDefaults(t *testing.T) {
 				ScoringStrategy: &ScoringStrategy{Type: LeastAllocated, DeviceClassWeights: []DeviceClassWeight{
 					{DeviceClass: "ssd", Weight: 5}, {DeviceClass: "hdd"},
 				}},
-				MaxDiskNodeAge: &metav1.Duration{},
-				MaxExactClaims: ptr.To[int32](0),
+				MaxDiskNodeAge: &metav1.Duration{Duration: time.Minute},
+				MaxExactClaims: ptr.To[int32](3),
 			},
 			want: &DiskFitArgs{
 				BindTimeoutSeconds: ptr.To[int64](30),
 				ScoringStrategy: &ScoringStrategy{Type: LeastAllocated, DeviceClassWeights: []DeviceClassWeight{
 					{DeviceClass: "ssd", Weight: 5}, {DeviceClass: "hdd", Weight: 1},
 				}},
-				MaxDiskNodeAge: &metav1.Duration{},
-				MaxExactClaims: ptr.To[int32](0),
+				MaxDiskNodeAge: &metav1.Duration{Duration: time.Minute},
+				MaxExactClaims: ptr.To[int32](3),
+			},
+		},
+		{
+			name: "explicit zeros are kept, not defaulted",
+			in: &DiskFitArgs{
+				BindTimeoutSeconds: ptr.To[int64](0),
+				ScoringStrategy:    &ScoringStrategy{},
+				MaxDiskNodeAge:     &metav1.Duration{},
+				MaxExactClaims:     ptr.To[int32](0),
+			},
+			want: &DiskFitArgs{
+				BindTimeoutSeconds: ptr.To[int64](0),
+				ScoringStrategy:    &ScoringStrategy{Type: MostAllocated},
+				MaxDiskNodeAge:     &metav1.Duration{},
+				MaxExactClaims:     ptr.To[int32](0),
 			},
 		},
 	}
+	scheme := runtime.NewScheme()
+	if err := AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			SetDefaults_DiskFitArgs(tc.in)
+			viaScheme := tc.in.DeepCopy()
+			SetObjectDefaults_DiskFitArgs(tc.in)
 			if diff := cmp.Diff(tc.want, tc.in); diff != "" {
 				t.Errorf("defaults (-want +got):\n%s", diff)
 			}
+			// The scheme kube-scheduler defaults with must run the same
+			// function (RegisterDefaults is registered by AddToScheme).
+			scheme.Default(viaScheme)
+			if diff := cmp.Diff(tc.want, viaScheme); diff != "" {
+				t.Errorf("scheme defaults (-want +got):\n%s", diff)
+			}
 		})
-	}
-}
-
-func TestConversionRoundTrip(t *testing.T) {
-	in := &DiskFitArgs{
-		BindTimeoutSeconds: ptr.To[int64](30),
-		ScoringStrategy:    &ScoringStrategy{Type: LeastAllocated, DeviceClassWeights: []DeviceClassWeight{{DeviceClass: "ssd", Weight: 5}}},
-		MaxDiskNodeAge:     &metav1.Duration{Duration: time.Minute},
-		MaxExactClaims:     ptr.To[int32](6),
-	}
-	internal := &config.DiskFitArgs{}
-	if err := Convert_v1_DiskFitArgs_To_config_DiskFitArgs(in, internal, nil); err != nil {
-		t.Fatal(err)
-	}
-	want := &config.DiskFitArgs{
-		BindTimeoutSeconds: 30,
-		ScoringStrategy:    config.ScoringStrategy{Type: config.LeastAllocated, DeviceClassWeights: []config.DeviceClassWeight{{DeviceClass: "ssd", Weight: 5}}},
-		MaxDiskNodeAge:     metav1.Duration{Duration: time.Minute},
-		MaxExactClaims:     6,
-	}
-	if diff := cmp.Diff(want, internal); diff != "" {
-		t.Errorf("to internal (-want +got):\n%s", diff)
-	}
-	back := &DiskFitArgs{}
-	if err := Convert_config_DiskFitArgs_To_v1_DiskFitArgs(internal, back, nil); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(in, back); diff != "" {
-		t.Errorf("round trip (-want +got):\n%s", diff)
-	}
-	// DeepCopy must not share pointers.
-	c := in.DeepCopy()
-	*c.BindTimeoutSeconds = 1
-	c.ScoringStrategy.DeviceClassWeights[0].Weight = 1
-	if *in.BindTimeoutSeconds != 30 || in.ScoringStrategy.DeviceClassWeights[0].Weight != 5 {
-		t.Error("DeepCopy shares memory with the original")
 	}
 }

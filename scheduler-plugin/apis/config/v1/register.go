@@ -9,17 +9,29 @@ import (
 // KubeSchedulerConfiguration files carry plugin arguments.
 var SchemeGroupVersion = schedv1.SchemeGroupVersion
 
-// AddToScheme registers the versioned DiskFitArgs, their defaults and
-// conversions with a scheme.
-func AddToScheme(s *runtime.Scheme) error {
+var (
+	// localSchemeBuilder collects this package's registrations: the
+	// hand-written ones in init below and, from zz_generated.conversion.go,
+	// RegisterConversions.
+	localSchemeBuilder = &runtime.SchemeBuilder{}
+	// AddToScheme registers the versioned DiskFitArgs, their defaults and
+	// conversions with a scheme.
+	AddToScheme = localSchemeBuilder.AddToScheme
+)
+
+func addKnownTypes(s *runtime.Scheme) error {
 	s.AddKnownTypes(SchemeGroupVersion, &DiskFitArgs{})
-	if err := RegisterDefaults(s); err != nil {
-		return err
-	}
-	return RegisterConversions(s)
+	return nil
+}
+
+// addDefaultingFuncs registers the generated defaulters (RegisterDefaults,
+// zz_generated.defaults.go), which call SetDefaults_DiskFitArgs.
+func addDefaultingFuncs(s *runtime.Scheme) error {
+	return RegisterDefaults(s)
 }
 
 func init() {
+	localSchemeBuilder.Register(addKnownTypes, addDefaultingFuncs)
 	// kube-scheduler builds its plugin-argument defaulting and conversion
 	// scheme lazily from this builder; registering here lets it default
 	// and convert DiskFitArgs like in-tree arguments.

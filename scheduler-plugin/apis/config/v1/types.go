@@ -33,6 +33,8 @@ type ScoringStrategy struct {
 }
 
 // DiskFitArgs are the arguments of the DiskFit plugin.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type DiskFitArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
