@@ -2,12 +2,17 @@ package app
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -23,6 +28,7 @@ import (
 	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
 	dfapi "github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
+	"github.com/diskfit/diskfit/scheduler-plugin/apis/config/validation"
 	"github.com/diskfit/diskfit/scheduler-plugin/diskfit"
 )
 
@@ -112,5 +118,67 @@ func TestRegistry(t *testing.T) {
 	}
 	if cmd := NewCommand(); cmd.Use != "diskfit-scheduler" || cmd.Flags().Lookup("config") == nil {
 		t.Errorf("NewCommand() = %q without --config", cmd.Use)
+	}
+}
+
+// TestConfigArgsZeros decodes DiskFit args from configuration files the way
+// kube-scheduler does (default, then convert) and validates them as the
+// plugin does: an omitted field takes its default, and an explicit zero has
+// the one meaning documented per field (0 bindTimeoutSeconds rejected, 0s
+// maxDiskNodeAge and 0 maxExactClaims turn their check off).
+func TestConfigArgsZeros(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    string
+		want    config.DiskFitArgs
+		wantErr string
+	}{
+		{name: "omitted fields take the defaults", args: "{}", want: config.DiskFitArgs{
+			BindTimeoutSeconds: 600, ScoringStrategy: config.ScoringStrategy{Type: config.MostAllocated},
+			MaxDiskNodeAge: metav1.Duration{Duration: 5 * time.Minute}, MaxExactClaims: 8,
+		}},
+		{name: "explicit zeros turn checks off", args: "{maxDiskNodeAge: 0s, maxExactClaims: 0, scoringStrategy: {type: LeastAllocated, deviceClassWeights: [{deviceClass: ssd}]}}",
+			want: config.DiskFitArgs{
+				BindTimeoutSeconds: 600,
+				ScoringStrategy:    config.ScoringStrategy{Type: config.LeastAllocated, DeviceClassWeights: []config.DeviceClassWeight{{DeviceClass: "ssd", Weight: 1}}},
+			}},
+		{name: "zero bind timeout is rejected", args: "{bindTimeoutSeconds: 0}", want: config.DiskFitArgs{
+			ScoringStrategy: config.ScoringStrategy{Type: config.MostAllocated},
+			MaxDiskNodeAge:  metav1.Duration{Duration: 5 * time.Minute}, MaxExactClaims: 8,
+		}, wantErr: "args.bindTimeoutSeconds: Invalid value: 0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			logger, _ := ktesting.NewTestContext(t)
+			file := filepath.Join(t.TempDir(), "config.yaml")
+			cfg := "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n" +
+				"- schedulerName: diskfit-scheduler\n  pluginConfig:\n  - name: DiskFit\n    args: " + tc.args + "\n"
+			if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			loaded, err := options.LoadConfigFromFile(logger, file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var args *config.DiskFitArgs
+			for _, pc := range loaded.Profiles[0].PluginConfig {
+				if a, ok := pc.Args.(*config.DiskFitArgs); ok {
+					args = a
+				}
+			}
+			if args == nil {
+				t.Fatal("no DiskFit args decoded")
+			}
+			if diff := cmp.Diff(&tc.want, args, cmpopts.IgnoreTypes(metav1.TypeMeta{})); diff != "" {
+				t.Errorf("decoded args (-want +got):\n%s", diff)
+			}
+			err = validation.ValidateDiskFitArgs(nil, args)
+			if tc.wantErr == "" && err != nil {
+				t.Errorf("unexpected error: %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -173,7 +173,7 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 			if w, ok := weights[class]; ok {
 				return w
 			}
-			return 1
+			return configv1.DefaultDeviceClassWeight
 		}
 	}
 	binder, err := newVolumeBinder(ctx, h, fts, time.Duration(vbArgs.BindTimeoutSeconds)*time.Second)
@@ -290,8 +290,9 @@ func PackingOptions(args *config.DiskFitArgs) packing.Options {
 		opts.Strategy = packing.LeastAllocated
 	}
 	if args.MaxExactClaims == 0 {
-		// 0 in the args means "greedy only"; in packing.Options it means
-		// the default.
+		// maxExactClaims 0 means "greedy only". packing.Options says that
+		// with a negative count: its zero value stands for
+		// packing.DefaultMaxExactClaims, the number the args default to.
 		opts.MaxExactClaims = -1
 	}
 	return opts

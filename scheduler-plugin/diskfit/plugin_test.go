@@ -585,15 +585,25 @@ func TestConcurrentFilterAndEvents(t *testing.T) {
 	}
 }
 
+// TestPackingOptions: the default args pack exactly up to
+// packing.DefaultMaxExactClaims claims; maxExactClaims 0 turns the exact
+// search off (a negative count in packing.Options, whose zero means the
+// default); every strategy name maps to the packing strategy of that name.
 func TestPackingOptions(t *testing.T) {
 	args := DefaultArgs()
-	if got := PackingOptions(args); got.Strategy != packing.MostAllocated || got.MaxExactClaims != 8 {
+	if got := PackingOptions(args); got.Strategy != packing.MostAllocated || got.MaxExactClaims != packing.DefaultMaxExactClaims {
 		t.Errorf("defaults: %+v", got)
 	}
 	args.ScoringStrategy.Type = config.LeastAllocated
 	args.MaxExactClaims = 0
 	if got := PackingOptions(args); got.Strategy != packing.LeastAllocated || got.MaxExactClaims >= 0 {
 		t.Errorf("LeastAllocated, greedy only: %+v", got)
+	}
+	for _, s := range config.ScoringStrategyTypes() {
+		args.ScoringStrategy.Type = s
+		if got := PackingOptions(args).Strategy.String(); got != string(s) {
+			t.Errorf("strategy %q packs as %q", s, got)
+		}
 	}
 }
 

@@ -24,7 +24,8 @@ const (
 	LeastAllocated
 )
 
-// String returns the name used in DiskFitArgs.
+// String returns the name used in DiskFitArgs (config.ScoringStrategyType;
+// diskfit's TestPackingOptions keeps the two in step).
 func (s Strategy) String() string {
 	if s == LeastAllocated {
 		return "LeastAllocated"
@@ -33,7 +34,9 @@ func (s Strategy) String() string {
 }
 
 // DefaultMaxExactClaims is the number of claims up to which Pack searches
-// exhaustively when the greedy placement fails.
+// exhaustively when the greedy placement fails. It is also the default of
+// DiskFitArgs' maxExactClaims (scheduler-plugin/apis/config/v1), so there is
+// one such number.
 const DefaultMaxExactClaims = 8
 
 // MaxInlineDisks is the number of disks per node Pack handles without

@@ -4,7 +4,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// ScoringStrategyType names how DiskFit rates nodes and picks disks.
+// ScoringStrategyType names how DiskFit rates nodes and picks disks. It is
+// the one definition of the names: v1.ScoringStrategy uses this type, and
+// validation lists ScoringStrategyTypes.
 type ScoringStrategyType string
 
 const (
@@ -15,11 +17,17 @@ const (
 	LeastAllocated ScoringStrategyType = "LeastAllocated"
 )
 
+// ScoringStrategyTypes returns every supported strategy, the default
+// (MostAllocated) first.
+func ScoringStrategyTypes() []ScoringStrategyType {
+	return []ScoringStrategyType{MostAllocated, LeastAllocated}
+}
+
 // DeviceClassWeight weighs the claims of one device class in a node's score.
 type DeviceClassWeight struct {
 	// DeviceClass is the disks' deviceClass ("" for claims without one).
 	DeviceClass string
-	// Weight is the relative weight, 1 to 100.
+	// Weight is the relative weight, 1 to validation.MaxWeight.
 	Weight int64
 }
 
@@ -32,20 +40,24 @@ type ScoringStrategy struct {
 	DeviceClassWeights []DeviceClassWeight
 }
 
-// DiskFitArgs are the arguments of the DiskFit plugin.
+// DiskFitArgs are the arguments of the DiskFit plugin, defaulted: every
+// field holds a value the user set or the v1 default, so a zero here is an
+// explicit zero (see each field for what it means).
 //
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type DiskFitArgs struct {
 	metav1.TypeMeta
 
 	// BindTimeoutSeconds is passed to the embedded VolumeBinding plugin: how
-	// long PreBind waits for the volumes to be bound.
+	// long PreBind waits for the volumes to be bound. At least 1; zero is
+	// invalid, since PreBind would give up before any volume is provisioned.
 	BindTimeoutSeconds int64
 	// ScoringStrategy selects how nodes are scored and disks chosen.
 	ScoringStrategy ScoringStrategy
 	// MaxDiskNodeAge rejects nodes whose DiskNode was observed longer ago;
 	// zero disables the check.
 	MaxDiskNodeAge metav1.Duration
-	// MaxExactClaims is the number of claims up to which packing is exact.
+	// MaxExactClaims is the number of claims up to which packing is exact;
+	// zero turns the exact search off (greedy only).
 	MaxExactClaims int32
 }

@@ -5,6 +5,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
 const (
@@ -13,13 +15,20 @@ const (
 	// DefaultMaxDiskNodeAge is several of the node plugin's periodic
 	// refreshes, so one missed refresh does not make a node unschedulable.
 	DefaultMaxDiskNodeAge = 5 * time.Minute
-	// DefaultMaxExactClaims covers pods with up to 8 volumes exactly.
-	DefaultMaxExactClaims int32 = 8
+	// DefaultDeviceClassWeight is the weight of a listed device class whose
+	// weight is unset, and of every class not listed.
+	DefaultDeviceClassWeight int64 = 1
 )
 
-// SetDefaults_DiskFitArgs fills unset fields. The generated
-// SetObjectDefaults_DiskFitArgs calls it, and the scheme through
-// RegisterDefaults.
+// SetDefaults_DiskFitArgs fills unset fields: a nil pointer (and a zero
+// weight, which cannot be told apart from an unset one) takes the default;
+// an explicit zero elsewhere is kept, for validation to accept (0s
+// maxDiskNodeAge, 0 maxExactClaims: off) or reject (0 bindTimeoutSeconds).
+// The generated SetObjectDefaults_DiskFitArgs calls it, and the scheme
+// through RegisterDefaults.
+//
+// MaxExactClaims defaults to packing.DefaultMaxExactClaims, the packing
+// package's own default, so both name one number.
 func SetDefaults_DiskFitArgs(obj *DiskFitArgs) { //nolint:revive // scheme naming convention
 	if obj.BindTimeoutSeconds == nil {
 		obj.BindTimeoutSeconds = ptr.To(DefaultBindTimeoutSeconds)
@@ -32,13 +41,13 @@ func SetDefaults_DiskFitArgs(obj *DiskFitArgs) { //nolint:revive // scheme namin
 	}
 	for i := range obj.ScoringStrategy.DeviceClassWeights {
 		if obj.ScoringStrategy.DeviceClassWeights[i].Weight == 0 {
-			obj.ScoringStrategy.DeviceClassWeights[i].Weight = 1
+			obj.ScoringStrategy.DeviceClassWeights[i].Weight = DefaultDeviceClassWeight
 		}
 	}
 	if obj.MaxDiskNodeAge == nil {
 		obj.MaxDiskNodeAge = &metav1.Duration{Duration: DefaultMaxDiskNodeAge}
 	}
 	if obj.MaxExactClaims == nil {
-		obj.MaxExactClaims = ptr.To(DefaultMaxExactClaims)
+		obj.MaxExactClaims = ptr.To[int32](packing.DefaultMaxExactClaims)
 	}
 }
