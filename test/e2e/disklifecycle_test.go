@@ -33,22 +33,7 @@ import (
 func TestStatefulSetMovesOffAFailedDisk(t *testing.T) {
 	needLocal(t)
 	ctx := ctxFor(t, 8*time.Minute)
-	class := newStorageClass(t, "")
-	sc, err := kube.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// StorageClass parameters cannot change: a copy that opts in.
-	sc.ObjectMeta = metav1.ObjectMeta{Name: class + "-release"}
-	sc.Parameters = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}
-	if _, err := kube.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kube.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
-	})
-
-	sts := statefulSet("lostdisk", diskfit.SchedulerName, sc.Name, 1, 300*mi)
+	sts := statefulSet("lostdisk", diskfit.SchedulerName, releasingClass(t), 1, 300*mi)
 	if _, err := kube.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -174,5 +159,101 @@ func waitEvent(t *testing.T, ns, name string, uid types.UID, reason string, time
 	})
 	if err != nil {
 		t.Errorf("no %s event on %s: %v", reason, name, err)
+	}
+}
+
+// releasingClass returns a new StorageClass whose claims ask to be
+// released when their disk is lost.
+func releasingClass(t *testing.T) string {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	class := newStorageClass(t, "")
+	sc, err := kube.StorageV1().StorageClasses().Get(ctx, class, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// StorageClass parameters cannot change: a copy that opts in.
+	sc.ObjectMeta = metav1.ObjectMeta{Name: class + "-release"}
+	sc.Parameters = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}
+	if _, err := kube.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
+	})
+	return sc.Name
+}
+
+// diskfitCLI runs the diskfit command against the suite's cluster.
+func diskfitCLI(args ...string) *exec.Cmd {
+	return exec.Command(filepath.Join(localBin, "diskfit"), append([]string{"--kubeconfig", kubeconfigFile}, args...)...)
+}
+
+// An admin drains a healthy disk under a running StatefulSet replica:
+// `diskfit drain NODE/DISK --release` takes the disk out of service,
+// releases the replica's claim (it asked for it through its class) and
+// waits until the replica runs again, on another disk. The old volume's PV
+// is kept with Retain. `diskfit uncordon` puts the disk back in service.
+func TestDrainMovesAReplicaOffADisk(t *testing.T) {
+	needLocal(t)
+	ctx := ctxFor(t, 6*time.Minute)
+	sts := statefulSet("drained", diskfit.SchedulerName, releasingClass(t), 1, 300*mi)
+	if _, err := kube.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const claimName = "data0-drained-0"
+	t.Cleanup(func() {
+		_ = kube.AppsV1().StatefulSets("default").Delete(context.Background(), "drained", metav1.DeleteOptions{})
+		_ = kube.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), claimName, metav1.DeleteOptions{})
+	})
+	first := waitRunning(t, kube, "drained-0", "")
+	firstClaim, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvName := firstClaim.Spec.VolumeName
+	at := placementOf(t, pvName)
+	target := at.node + "/" + at.disk
+	t.Cleanup(func() {
+		_ = diskfitCLI("uncordon", target).Run()
+		patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`)
+		_, _ = kube.CoreV1().PersistentVolumes().Patch(context.Background(), pvName, types.MergePatchType, patch, metav1.PatchOptions{})
+	})
+
+	out, err := diskfitCLI("drain", target, "--release", "--timeout", "3m", "--reason", "e2e").CombinedOutput()
+	t.Logf("diskfit drain %s --release:\n%s", target, out)
+	if err != nil {
+		t.Fatalf("diskfit drain: %v", err)
+	}
+	moved := waitRunning(t, kube, "drained-0", first.UID)
+	newClaim, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil || newClaim.UID == firstClaim.UID || newClaim.Status.Phase != v1.ClaimBound {
+		t.Fatalf("want a new bound claim %s, got %v (err %v)", claimName, newClaim, err)
+	}
+	if now := placementOf(t, newClaim.Spec.VolumeName); now == at {
+		t.Fatalf("the new volume is on the drained disk %s", target)
+	} else {
+		t.Logf("replica moved from %s to %s/%s (pod on %s)", target, now.node, now.disk, moved.Spec.NodeName)
+	}
+	kept, err := kube.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{})
+	if err != nil || kept.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain {
+		t.Errorf("the drained volume's PV: %v (err %v), want it kept with Retain", kept, err)
+	}
+	dn, err := diskfitAPI.DiskfitV1alpha1().DiskNodes().Get(ctx, at.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, reason := dn.Spec.DiskUnschedulable(at.disk); !out || reason != "e2e" {
+		t.Errorf("DiskNode %s spec after drain: %+v, want disk %s unschedulable for e2e", at.node, dn.Spec, at.disk)
+	}
+	if out, err := diskfitCLI("uncordon", target).CombinedOutput(); err != nil {
+		t.Fatalf("diskfit uncordon: %v\n%s", err, out)
+	}
+	dn, err = diskfitAPI.DiskfitV1alpha1().DiskNodes().Get(ctx, at.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := dn.Spec.DiskUnschedulable(at.disk); out {
+		t.Errorf("disk %s still unschedulable after uncordon: %+v", target, dn.Spec)
 	}
 }
