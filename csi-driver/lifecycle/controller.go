@@ -113,6 +113,9 @@ type Controller struct {
 	nodeGoneSince map[string]time.Time
 	// failing holds the disks seen unhealthy in a fresh status.
 	failing map[diskfit.Location]*failure
+	// reports holds, per node, the last DiskNode report seen and when,
+	// by this controller's clock (reports.go).
+	reports map[string]report
 }
 
 // failure is one unhealthy disk.
@@ -142,6 +145,7 @@ func New(client kubernetes.Interface, df versioned.Interface, factory informers.
 		changed:       make(chan struct{}, 1),
 		nodeGoneSince: map[string]time.Time{},
 		failing:       map[diskfit.Location]*failure{},
+		reports:       map[string]report{},
 	}
 	kick := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.kick() },
@@ -327,7 +331,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 		return
 	}
 	for _, dn := range dns {
-		if dn.Status.Stale(now, c.opts.StatusMaxAge) {
+		if !c.fresh(dn) {
 			// No word from the node: neither failed nor recovered. A
 			// failure's grace time starts over once it reports again.
 			continue
@@ -384,6 +388,15 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 			continue
 		}
 		for _, cl := range release {
+			// The cache nominated the claim; its owner may have opted out
+			// since. The API server's copy decides, and the delete carries
+			// its resourceVersion.
+			pvc, err := c.client.CoreV1().PersistentVolumeClaims(cl.PVC.Namespace).Get(ctx, cl.PVC.Name, metav1.GetOptions{})
+			if err != nil || pvc.UID != cl.PVC.UID || !diskfit.ReleasedOnDiskLoss(pvc, cl.class) {
+				logger.V(2).Info("Claim no longer to release", "pvc", klog.KObj(cl.PVC), "err", err)
+				continue
+			}
+			cl.PVC = pvc
 			if err := ReleaseKeepingData(ctx, c.client, cl.Claim, loc.Node); err != nil {
 				logger.Error(err, "Releasing a claim of a failed disk", "node", loc.Node, "disk", loc.Disk, "pvc", klog.KObj(cl.PVC))
 				c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseFailed, "Release", "Releasing the claim from failed disk %s on node %s: %v", loc.Disk, loc.Node, err)
@@ -444,7 +457,7 @@ func (c *Controller) healthy(loc diskfit.Location) bool {
 		return false
 	}
 	d := dn.Status.Disk(loc.Disk)
-	return d != nil && d.Healthy && !dn.Status.Stale(c.opts.Clock.Now(), c.opts.StatusMaxAge)
+	return d != nil && d.Healthy && c.fresh(dn)
 }
 
 // confirmFailed reads the DiskNode from the API server (a quorum read) and
@@ -454,14 +467,14 @@ func (c *Controller) confirmFailed(ctx context.Context, loc diskfit.Location) er
 	if err != nil {
 		return fmt.Errorf("reading DiskNode %s: %w", loc.Node, err)
 	}
-	return failed(dn, loc.Disk, c.opts.Clock.Now(), c.opts.StatusMaxAge)
+	if !c.fresh(dn) {
+		return fmt.Errorf("DiskNode %s has not been reported for %s", dn.Name, c.opts.StatusMaxAge)
+	}
+	return failed(dn, loc.Disk)
 }
 
-// failed returns nil when dn's fresh status reports disk unhealthy.
-func failed(dn *v1alpha1.DiskNode, disk string, now time.Time, maxAge time.Duration) error {
-	if dn.Status.Stale(now, maxAge) {
-		return fmt.Errorf("the status of DiskNode %s is older than %s", dn.Name, maxAge)
-	}
+// failed returns nil when dn's status reports disk unhealthy.
+func failed(dn *v1alpha1.DiskNode, disk string) error {
 	d := dn.Status.Disk(disk)
 	switch {
 	case d == nil:

@@ -464,3 +464,50 @@ func TestInterruptedReleaseIsFinished(t *testing.T) {
 		t.Error("the pod holding a released claim was never deleted: the release stays half done")
 	}
 }
+
+// TestSilentNodeAheadOfTimeReleasesNothing: a node whose clock runs an
+// hour ahead reports its disk unhealthy once and then goes silent. Its
+// status looks new by its own clock for an hour, but no new report comes:
+// nothing is released.
+func TestSilentNodeAheadOfTimeReleasesNothing(t *testing.T) {
+	objs := append([]runtime.Object{node("n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	e := newEnv(t, objs, diskNode("n1", "d0"))
+	dn, err := e.df.DiskfitV1alpha1().DiskNodes().Get(e.ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dn.Status.ObservedTime = metav1.NewTime(e.clock.Now().Add(time.Hour))
+	dn.Status.Disks[0].Healthy = false
+	e.setDiskNode(dn)
+	e.c.Pass(e.ctx)
+	for range 5 {
+		e.clock.Step(diskGrace / 4) // no new report
+		e.c.Pass(e.ctx)
+	}
+	if !e.pvcExists("a") {
+		t.Fatal("claim released on one report of a node that went silent")
+	}
+}
+
+// TestOwnerWhoOptedOutKeepsTheClaim: the owner changed the claim to keep
+// after the cache last saw it. The API server's copy decides: the claim and
+// its pod stay.
+func TestOwnerWhoOptedOutKeepsTheClaim(t *testing.T) {
+	objs := append([]runtime.Object{node("n1"), podUsing("web-0", "a", "n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	e := newEnv(t, objs, diskNode("n1", "d0"))
+	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx)
+	e.client.PrependReactor("get", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		obj, err := e.client.Tracker().Get(a.GetResource(), a.GetNamespace(), a.(clienttesting.GetAction).GetName())
+		if err != nil {
+			return true, nil, err
+		}
+		pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
+		pvc.Annotations = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossKeep}
+		return true, pvc, nil
+	})
+	e.step(diskGrace)
+	if !e.pvcExists("a") || !e.podExists("web-0") {
+		t.Error("a claim whose owner opted out was released")
+	}
+}

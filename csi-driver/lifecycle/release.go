@@ -50,7 +50,8 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 
 // released says whether the claim deleted for pvc is still there, being
 // deleted, under its UID: a claim of that name with another UID was made
-// anew (its StatefulSet was faster), and its pods are not ours to delete.
+// anew (its StatefulSet was faster), and a claim not being deleted was
+// changed before the delete reached it; neither's pods are ours to delete.
 func released(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) (bool, error) {
 	now, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -59,7 +60,7 @@ func released(ctx context.Context, client kubernetes.Interface, pvc *v1.Persiste
 	if err != nil {
 		return false, fmt.Errorf("reading PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
 	}
-	return now.UID == pvc.UID, nil
+	return now.UID == pvc.UID && now.DeletionTimestamp != nil, nil
 }
 
 // ReleaseWithNode lets a claim go whose node was deleted: the claim and
@@ -98,10 +99,15 @@ func ReleaseWithNode(ctx context.Context, client kubernetes.Interface, c Claim) 
 	return nil
 }
 
+// deleteClaim deletes the claim as it was decided on: same UID, and, when
+// pvc was read with one, same resourceVersion (an owner who changed the
+// claim meanwhile, say to opt out, keeps it).
 func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) error {
-	err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &pvc.UID},
-	})
+	pre := &metav1.Preconditions{UID: &pvc.UID}
+	if pvc.ResourceVersion != "" {
+		pre.ResourceVersion = &pvc.ResourceVersion
+	}
+	err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{Preconditions: pre})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("deleting PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
 	}

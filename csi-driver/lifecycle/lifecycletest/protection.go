@@ -37,6 +37,10 @@ func ProtectClaims(client *k8sfake.Clientset) {
 			return true, nil, apierrors.NewConflict(pvcs.GroupResource(), del.Name,
 				fmt.Errorf("precondition UID %s, object UID %s", *p.UID, pvc.UID))
 		}
+		if p := del.DeleteOptions.Preconditions; p != nil && p.ResourceVersion != nil && *p.ResourceVersion != pvc.ResourceVersion {
+			return true, nil, apierrors.NewConflict(pvcs.GroupResource(), del.Name,
+				fmt.Errorf("precondition resourceVersion %s, object resourceVersion %s", *p.ResourceVersion, pvc.ResourceVersion))
+		}
 		if !usedByScheduledPod(tracker, pvc) {
 			return true, nil, tracker.Delete(pvcs, pvc.Namespace, pvc.Name)
 		}
