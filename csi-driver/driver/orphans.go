@@ -24,6 +24,9 @@ type OrphanFinder interface {
 	// VolumeSnapshotContent of this driver has as its snapshot handle,
 	// asking the API server.
 	SnapshotsWithoutContent(ctx context.Context, ids []string) ([]string, error)
+	// DisksOfPVs counts, by disk name, the PersistentVolumes of this
+	// driver on the node, from the cache; nil before the cache is filled.
+	DisksOfPVs(node string) map[string]int
 }
 
 // The sweep keeps track of what refers to each volume (its PV) and each

@@ -358,6 +358,8 @@ func (f *raceFinder) SnapshotsWithoutContent(_ context.Context, ids []string) ([
 	return nil, nil
 }
 
+func (f *raceFinder) DisksOfPVs(string) map[string]int { return nil }
+
 // A volume whose CreateVolume (an idempotent retry of a provisioner that
 // could not save its PV for a while) succeeds between the sweep's
 // confirming list and the removal is kept: the provisioner is about to

@@ -2,7 +2,9 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,6 +90,7 @@ func (d *Driver) Observe(ctx context.Context) *v1alpha1.DiskNodeStatus {
 	for _, dk := range d.disks() {
 		st.Disks = append(st.Disks, d.diskStatus(ctx, dk))
 	}
+	st.Disks = append(st.Disks, d.unservedDisks(st)...)
 	st.Summarize()
 	return st
 }
@@ -149,4 +152,27 @@ func (d *Driver) statusLoop(ctx context.Context) {
 			timer.Stop()
 		}
 	}
+}
+
+// unservedDisks lists, unhealthy, the disks that this node's PVs are on
+// but that the driver does not serve: discovery found the disk's mount gone
+// (a disk that died before a reboot), or the node config lost it. Without
+// them such a disk would vanish from the DiskNode, and nobody would learn
+// that the volumes on it are unreachable.
+func (d *Driver) unservedDisks(st *v1alpha1.DiskNodeStatus) []v1alpha1.DiskStatus {
+	if d.cfg.Orphans == nil {
+		return nil
+	}
+	var out []v1alpha1.DiskStatus
+	for name, n := range d.cfg.Orphans.DisksOfPVs(d.cfg.NodeID) {
+		if st.Disk(name) != nil {
+			continue
+		}
+		out = append(out, v1alpha1.DiskStatus{
+			Name: name, Backend: v1alpha1.BackendFile, Healthy: false,
+			Message: fmt.Sprintf("not served: %d PersistentVolumes of this node are on disk %s, but the node config has no such disk or discovery found it not mounted", n, name),
+		})
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.DiskStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

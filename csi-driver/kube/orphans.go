@@ -170,3 +170,17 @@ func without(ids []string, handles sets.Set[string]) []string {
 
 // CachedPVs returns how many PVs the informer holds.
 func (f *OrphanFinder) CachedPVs() int { return len(f.pvs.GetStore().ListKeys()) }
+
+// DisksOfPVs implements driver.OrphanFinder.
+func (f *OrphanFinder) DisksOfPVs(node string) map[string]int {
+	if !f.pvs.HasSynced() {
+		return nil
+	}
+	out := map[string]int{}
+	for _, obj := range f.pvs.GetStore().List() {
+		if loc, ok := diskfit.PVLocation(obj.(*corev1.PersistentVolume)); ok && loc.Node == node {
+			out[loc.Disk]++
+		}
+	}
+	return out
+}

@@ -1,0 +1,50 @@
+package driver
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// pvDisks is an OrphanFinder whose PVs of this node sit on the given disks.
+type pvDisks map[string]int
+
+func (pvDisks) VolumesWithoutPV(_ context.Context, _ []string, _ bool) ([]string, error) {
+	return nil, nil
+}
+func (pvDisks) SnapshotsWithoutContent(_ context.Context, _ []string) ([]string, error) {
+	return nil, nil
+}
+func (p pvDisks) DisksOfPVs(string) map[string]int { return p }
+
+// A disk that this node's PVs are on but that the driver does not serve
+// (discovery found its mount gone after a reboot, or the node config lost
+// it) is listed unhealthy in the DiskNode, so that its failure shows and
+// the claims on it are handled as on any failed disk, rather than the disk
+// silently vanishing.
+func TestDiskOfPVsNotServedIsListedUnhealthy(t *testing.T) {
+	e := newEnv(t, twoDisks(), nil)
+	e.d.cfg.Orphans = pvDisks{"small": 1, "gone": 2}
+	st := e.d.Observe(e.ctx)
+	var gone, small bool
+	for _, d := range st.Disks {
+		switch d.Name {
+		case "gone":
+			gone = true
+			if d.Healthy || !strings.Contains(d.Message, "2 PersistentVolumes") || d.CapacityBytes != 0 {
+				t.Errorf("disk gone: %+v, want it unhealthy, saying 2 PVs are on it", d)
+			}
+		case "small":
+			small = true
+			if !d.Healthy {
+				t.Errorf("served disk small: %+v", d)
+			}
+		}
+	}
+	if !gone || !small || len(st.Disks) != 3 {
+		t.Errorf("disks %+v, want small, big and gone", st.Disks)
+	}
+	if st.HealthyDisks != 2 || st.DiskCount != 3 {
+		t.Errorf("summary %d healthy of %d, want 2 of 3", st.HealthyDisks, st.DiskCount)
+	}
+}
