@@ -54,9 +54,7 @@ func writes(c *Clients) []string {
 			}
 			var name string
 			switch a := a.(type) {
-			case clienttesting.CreateAction:
-				name = a.GetObject().(metav1.Object).GetName()
-			case clienttesting.UpdateAction:
+			case clienttesting.CreateAction: // also every UpdateAction: same methods
 				name = a.GetObject().(metav1.Object).GetName()
 			case clienttesting.DeleteAction:
 				name = a.GetName()
