@@ -68,7 +68,7 @@ func TestConfigFile(t *testing.T) {
 	if args == nil {
 		t.Fatal("no DiskFit pluginConfig")
 	}
-	if args.ScoringStrategy.Type != config.MostAllocated || args.MaxDiskNodeAge.Duration != 5*time.Minute || args.MaxExactClaims != 8 || args.BindTimeoutSeconds != 600 {
+	if args.ScoringStrategy.Type != config.MostAllocated || args.MaxDiskNodeAge.Duration != 5*time.Minute || args.MaxExactClaims != 16 || args.BindTimeoutSeconds != 600 {
 		t.Errorf("DiskFit args %+v", args)
 	}
 
@@ -135,7 +135,7 @@ func TestConfigArgsZeros(t *testing.T) {
 	}{
 		{name: "omitted fields take the defaults", args: "{}", want: config.DiskFitArgs{
 			BindTimeoutSeconds: 600, ScoringStrategy: config.ScoringStrategy{Type: config.MostAllocated},
-			MaxDiskNodeAge: metav1.Duration{Duration: 5 * time.Minute}, MaxExactClaims: 8,
+			MaxDiskNodeAge: metav1.Duration{Duration: 5 * time.Minute}, MaxExactClaims: 16,
 		}},
 		{name: "explicit zeros turn checks off", args: "{maxDiskNodeAge: 0s, maxExactClaims: 0, scoringStrategy: {type: LeastAllocated, deviceClassWeights: [{deviceClass: ssd}]}}",
 			want: config.DiskFitArgs{
@@ -144,7 +144,7 @@ func TestConfigArgsZeros(t *testing.T) {
 			}},
 		{name: "zero bind timeout is rejected", args: "{bindTimeoutSeconds: 0}", want: config.DiskFitArgs{
 			ScoringStrategy: config.ScoringStrategy{Type: config.MostAllocated},
-			MaxDiskNodeAge:  metav1.Duration{Duration: 5 * time.Minute}, MaxExactClaims: 8,
+			MaxDiskNodeAge:  metav1.Duration{Duration: 5 * time.Minute}, MaxExactClaims: 16,
 		}, wantErr: "args.bindTimeoutSeconds: Invalid value: 0"},
 	}
 	for _, tc := range tests {

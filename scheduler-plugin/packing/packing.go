@@ -33,20 +33,33 @@ func (s Strategy) String() string {
 	return "MostAllocated"
 }
 
+// ExactClaimsLimit is the most claims for which Pack's exact search is
+// built and tested (exact on nodes of up to MaxInlineDisks disks, within
+// the step budget on tight nodes); Options.MaxExactClaims above it counts
+// as ExactClaimsLimit. DiskFitArgs' maxExactClaims is validated against it.
+const ExactClaimsLimit = 16
+
 // DefaultMaxExactClaims is the number of claims up to which Pack searches
-// exhaustively when the greedy placement fails. It is also the default of
+// exactly when the greedy placement fails. It is also the default of
 // DiskFitArgs' maxExactClaims (scheduler-plugin/apis/config/v1), so there is
 // one such number.
-const DefaultMaxExactClaims = 8
+const DefaultMaxExactClaims = ExactClaimsLimit
 
 // MaxInlineDisks is the number of disks per node Pack handles without
 // allocating scratch space.
 const MaxInlineDisks = 32
 
-// maxSearchSteps bounds the exhaustive search. With at most 8 claims and the
-// pruning below, real inputs stay far under it; it only protects the
-// scheduler from adversarial inputs, and hitting it reports "does not fit",
-// which errs on the safe side.
+// legacyExactClaims is the claim count up to which Pack, once the exact
+// search found that the claims fit, returns the placement of the
+// claim-by-claim search it used before (the first one in the strategy's
+// preference order, claim by claim), so such pods land where they did.
+const legacyExactClaims = 8
+
+// maxSearchSteps bounds each exact search. On nodes of up to 32 disks with
+// up to ExactClaimsLimit claims, tight ones included, the search stays far
+// under it (TestTightInstances); it only protects the scheduler from
+// adversarial inputs. Running out answers with first-fit decreasing, which
+// errs on the safe side.
 const maxSearchSteps = 200000
 
 // Disk is one disk of a node as the packer sees it.
@@ -114,8 +127,9 @@ type Options struct {
 	// Strategy picks the preferred disk per claim.
 	Strategy Strategy
 	// MaxExactClaims is the largest number of claims for which Pack falls
-	// back to an exhaustive search when the greedy placement fails; zero
-	// means DefaultMaxExactClaims, negative disables the search.
+	// back to an exact search when the greedy placement fails; zero means
+	// DefaultMaxExactClaims, negative disables the search, and more than
+	// ExactClaimsLimit counts as ExactClaimsLimit.
 	MaxExactClaims int
 }
 
@@ -123,7 +137,7 @@ func (o Options) maxExact() int {
 	if o.MaxExactClaims == 0 {
 		return DefaultMaxExactClaims
 	}
-	return o.MaxExactClaims
+	return min(o.MaxExactClaims, ExactClaimsLimit)
 }
 
 // Pack places every claim on one disk so that no disk's Free is exceeded.
@@ -134,13 +148,20 @@ func (o Options) maxExact() int {
 // The placement is greedy in claim order (largest first) with the
 // strategy's disk preference, which is best-fit decreasing for
 // MostAllocated and worst-fit decreasing for LeastAllocated. Only when that
-// fails and there are at most MaxExactClaims claims does Pack search all
-// assignments (in the same preference order, pruning equal disks and
-// hopeless branches), so "does not fit" is exact for the common case and a
-// documented heuristic beyond it.
+// fails and there are at most MaxExactClaims claims does Pack run an exact
+// search (disk completion, see exact.go), so "does not fit" is exact for
+// such pods on nodes of up to MaxInlineDisks disks. Beyond that, and
+// should the search run out of steps, first-fit decreasing has the last
+// word: Pack never rejects a node on which either greedy placement fits.
 func Pack(disks []Disk, claims []Claim, opts Options, assign []int) bool {
+	fits, _ := pack(disks, claims, opts, assign)
+	return fits
+}
+
+// pack is Pack that also reports whether the exact search ran out of steps.
+func pack(disks []Disk, claims []Claim, opts Options, assign []int) (fits, exhausted bool) {
 	if len(claims) == 0 {
-		return true
+		return true, false
 	}
 	var inline [MaxInlineDisks]int64
 	free := inline[:0]
@@ -151,28 +172,70 @@ func Pack(disks []Disk, claims []Claim, opts Options, assign []int) bool {
 		free = append(free, disks[i].Free)
 	}
 	if greedy(disks, claims, opts.Strategy, free, assign) {
-		return true
+		return true, false
 	}
-	if len(claims) > opts.maxExact() {
-		return false
+	if len(claims) <= opts.maxExact() {
+		fits, proven := binPack(disks, claims, opts.Strategy, assign)
+		if fits {
+			if len(claims) <= legacyExactClaims {
+				var keep [legacyExactClaims]int
+				copy(keep[:], assign)
+				resetFree(disks, free)
+				if !legacySearch(disks, claims, opts.Strategy, free, assign) {
+					copy(assign, keep[:len(claims)])
+				}
+			}
+			return true, false
+		}
+		if proven {
+			return false, false
+		}
+		exhausted = true
 	}
+	resetFree(disks, free)
+	return firstFit(disks, claims, free, assign), exhausted
+}
+
+func resetFree(disks []Disk, free []int64) {
 	for i := range disks {
 		free[i] = disks[i].Free
 	}
-	s := searcher{disks: disks, claims: claims, strategy: opts.Strategy, free: free, assign: assign}
+}
+
+// legacySearch is the claim-by-claim search Pack used alone up to 8
+// claims: every disk for each claim in preference order, pruning equal
+// disks and hopeless branches. It now only chooses among placements once
+// binPack has shown that one exists.
+func legacySearch(disks []Disk, claims []Claim, strategy Strategy, free []int64, assign []int) bool {
+	s := searcher{disks: disks, claims: claims, strategy: strategy, free: free, assign: assign}
 	// remaining[i] = Σ sizes of claims[i:], for the capacity bound.
-	var remInline [DefaultMaxExactClaims + 1]int64
-	rem := remInline[:0]
-	if len(claims)+1 > len(remInline) {
-		rem = make([]int64, 0, len(claims)+1)
-	}
-	rem = rem[:len(claims)+1]
-	rem[len(claims)] = 0
+	var rem [legacyExactClaims + 1]int64
 	for i := len(claims) - 1; i >= 0; i-- {
 		rem[i] = SatAdd(rem[i+1], claims[i].Size)
 	}
-	s.remaining = rem
+	s.remaining = rem[:len(claims)+1]
 	return s.search(0)
+}
+
+// firstFit places claims one by one on the first disk (in the node's
+// order) that fits: first-fit decreasing, given sorted claims.
+func firstFit(disks []Disk, claims []Claim, free []int64, assign []int) bool {
+	for ci := range claims {
+		c := &claims[ci]
+		placed := false
+		for di := range disks {
+			if free[di] >= c.Size && c.allows(&disks[di]) {
+				free[di] -= c.Size
+				assign[ci] = di
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			return false
+		}
+	}
+	return true
 }
 
 // better reports whether a disk with free space a is preferred over one with

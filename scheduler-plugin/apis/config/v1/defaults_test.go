@@ -26,7 +26,7 @@ func TestSetDefaults(t *testing.T) {
 				BindTimeoutSeconds: ptr.To[int64](600),
 				ScoringStrategy:    &ScoringStrategy{Type: MostAllocated},
 				MaxDiskNodeAge:     &metav1.Duration{Duration: 5 * time.Minute},
-				MaxExactClaims:     ptr.To[int32](8),
+				MaxExactClaims:     ptr.To[int32](16),
 			},
 		},
 		{

@@ -15,16 +15,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
+	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
 const (
 	// MinBindTimeoutSeconds is the shortest bind timeout. A timeout of 0
 	// would make PreBind give up before any volume is provisioned.
 	MinBindTimeoutSeconds = 1
-	// MaxExactClaimsLimit bounds exact packing; the search is exponential in
-	// the number of claims, so more would make a single Filter call
-	// expensive.
-	MaxExactClaimsLimit = 12
+	// MaxExactClaimsLimit bounds exact packing: packing.ExactClaimsLimit,
+	// the most claims the packing search is built and tested for (the
+	// search is exponential in the number of claims).
+	MaxExactClaimsLimit = packing.ExactClaimsLimit
 	// MinWeight is the smallest device-class weight.
 	MinWeight = 1
 	// MaxWeight is the largest device-class weight.

@@ -16,7 +16,7 @@ func validArgs() *config.DiskFitArgs {
 		BindTimeoutSeconds: 600,
 		ScoringStrategy:    config.ScoringStrategy{Type: config.MostAllocated},
 		MaxDiskNodeAge:     metav1.Duration{Duration: 5 * time.Minute},
-		MaxExactClaims:     8,
+		MaxExactClaims:     16,
 	}
 }
 
@@ -56,9 +56,9 @@ func TestValidateDiskFitArgs(t *testing.T) {
 		{name: "negative age", modify: func(a *config.DiskFitArgs) { a.MaxDiskNodeAge.Duration = -time.Second },
 			wantErr: `args.maxDiskNodeAge: Invalid value: "-1s": must not be negative; 0s disables the check`},
 		{name: "negative exact claims", modify: func(a *config.DiskFitArgs) { a.MaxExactClaims = -1 },
-			wantErr: "args.maxExactClaims: Invalid value: -1: must be between 0 (greedy only) and 12"},
+			wantErr: "args.maxExactClaims: Invalid value: -1: must be between 0 (greedy only) and 16"},
 		{name: "too many exact claims", modify: func(a *config.DiskFitArgs) { a.MaxExactClaims = MaxExactClaimsLimit + 1 },
-			wantErr: "args.maxExactClaims: Invalid value: 13: must be between 0 (greedy only) and 12"},
+			wantErr: "args.maxExactClaims: Invalid value: 17: must be between 0 (greedy only) and 16"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
