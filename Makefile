@@ -30,7 +30,7 @@ TOOL_PKGS := \
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z_-]+:.*?## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*?## "} /^[a-zA-Z0-9_-]+:.*?## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## Build diskfit's binaries and the local-cluster runner into bin/.
@@ -68,6 +68,14 @@ verify: tools ## Fail when generated files are stale or a manifest does not rend
 .PHONY: test
 test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, local cluster). Needs root.
 	$(GO) test -count=1 -timeout 45m ./...
+
+.PHONY: unit
+unit: ## Run the tests that need no cluster (minutes); as non-root, those that need real disks skip and say why.
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/e2e)
+
+.PHONY: e2e
+e2e: deps tools ## Run the end-to-end suite on a local cluster it starts (needs root), or on E2E_KUBECONFIG's cluster.
+	$(GO) test -count=1 -timeout 45m ./test/e2e $(if $(E2E_KUBECONFIG),-kubeconfig $(E2E_KUBECONFIG))
 
 .PHONY: bench
 bench: deps tools build ## Run every benchmark and print its tables (placement quality, scheduler plugin, driver, scheduling throughput, scheduler memory, time to bind). Needs root. Results: docs/benchmarks.md.
