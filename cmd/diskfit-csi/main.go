@@ -37,6 +37,7 @@ type options struct {
 	resync         time.Duration
 	orphanGrace    time.Duration
 	reload         time.Duration
+	diskTimeout    time.Duration
 }
 
 func main() {
@@ -53,6 +54,8 @@ func main() {
 		"remove a volume that never had a PersistentVolume (a snapshot that never had a VolumeSnapshotContent) once it has been without one this long; 0 removes nothing. Whatever once had one is never removed by the driver")
 	fs.DurationVar(&o.reload, "config-reload-interval", 10*time.Second,
 		"how often the node config file and the mounts below its discover paths are read again; new disks and changed reserves and device classes apply live")
+	fs.DurationVar(&o.diskTimeout, "disk-status-timeout", driver.DefaultDiskStatusTimeout,
+		"how long each disk may take to answer a DiskNode refresh (and the health and space checks of CSI calls); a disk that does not answer in time, its device hanging, is reported unhealthy and the other disks are published on time")
 	command.Run("diskfit-csi", fs, func(ctx context.Context) error { return run(ctx, o) })
 }
 
@@ -101,6 +104,7 @@ func run(ctx context.Context, o options) error {
 		KubeletDir:        o.kubeletDir,
 		MetricsAddress:    o.metricsAddress,
 		StatusInterval:    o.resync,
+		DiskStatusTimeout: o.diskTimeout,
 		PVCs:              kube.PVCGetter{Client: kc},
 		Status:            diskNode,
 		Spec:              diskNode,

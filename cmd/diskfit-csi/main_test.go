@@ -38,6 +38,7 @@ current-context: c
 		{name: "no node ID", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", kubeletDir: dir, resync: 1}, wantErr: "node ID is required"},
 		{name: "unknown fault step", opts: options{configPath: cfg}, killAt: "CreateVolume/nowhere", wantErr: "names no step"},
 		{name: "negative orphan grace period", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: dir, resync: 1, orphanGrace: -1}, wantErr: "orphan grace period must not be negative"},
+		{name: "negative disk status timeout", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: dir, resync: 1, diskTimeout: -1}, wantErr: "disk status timeout must not be negative"},
 		{name: "relative kubelet dir", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: "var/lib/kubelet", resync: 1}, wantErr: "not absolute"},
 	}
 	for _, tt := range tests {

@@ -128,7 +128,7 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if errors.Is(err, backend.ErrNoSpace) {
 		// Another volume took the space between the check and fallocate;
 		// the backend removed what it had made.
-		u, _ := target.backend.Usage(ctx)
+		u, _ := target.usage(ctx)
 		return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s has %d bytes free, the volume needs %d: %v", target.name, d.cfg.NodeID, u.FreeBytes, size, err)
 	}
 	if err != nil {
@@ -271,7 +271,10 @@ func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size
 		if class != "" && dk.class() != class {
 			return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s has device class %q, the StorageClass asks for %q", dk.name, d.cfg.NodeID, dk.class(), class)
 		}
-		u, err := dk.backend.Usage(ctx)
+		u, err := dk.usage(ctx)
+		if errors.Is(err, errNotAnswering) {
+			return nil, status.Errorf(codes.ResourceExhausted, "disk %s on node %s is unhealthy: %v", dk.name, d.cfg.NodeID, err)
+		}
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -280,6 +283,10 @@ func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size
 		}
 		return dk, nil
 	}
+	// health and usage are bounded (see bounded.go): a disk that hangs
+	// costs this loop the disk timeout once, and is then skipped at once
+	// until its call returns, instead of hanging the RPC (and the
+	// volume's lock) for as long as the device hangs.
 	var best *disk
 	var bestFree, largest int64
 	largestName := ""
@@ -287,7 +294,7 @@ func (d *Driver) placeVolume(ctx context.Context, params map[string]string, size
 		if out, _ := spec.DiskUnschedulable(dk.name); out || (class != "" && dk.class() != class) || dk.health(ctx) != nil {
 			continue
 		}
-		u, err := dk.backend.Usage(ctx)
+		u, err := dk.usage(ctx)
 		if err != nil {
 			continue
 		}
@@ -630,7 +637,7 @@ func (d *Driver) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 		if out, _ := spec.DiskUnschedulable(dk.name); out || (class != "" && dk.class() != class) || dk.health(ctx) != nil {
 			continue
 		}
-		u, err := dk.backend.Usage(ctx)
+		u, err := dk.usage(ctx)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Reading disk usage", "disk", dk.name)
 			continue

@@ -98,6 +98,12 @@ type Config struct {
 	// Events records Kubernetes Events on the node's DiskNode; nil
 	// records none (the driver logs them either way).
 	Events EventRecorder
+	// DiskStatusTimeout bounds, per disk, the status observation of each
+	// refresh and the health and space checks of the RPCs: a disk that
+	// does not answer in time (a dying device hangs the syscalls) is
+	// reported unhealthy, and the other disks are not held up.
+	// DefaultDiskStatusTimeout when zero.
+	DiskStatusTimeout time.Duration
 	// NoDisksReason, when set, is why the node has no config (no section
 	// of the file selects it): Node then has no disks, and every call
 	// that needs a disk answers Unavailable with it until Source gives a
@@ -136,7 +142,23 @@ type disk struct {
 	// unavailable: nothing calls its backend, calls for its volumes answer
 	// Unavailable, and every status refresh tries to start it again.
 	startErr error
+
+	// timeout bounds the calls below, which a dying device can make hang
+	// (see bounded.go): observing is the status observation in flight
+	// (status.go), checking and measuring the Health and Usage calls of
+	// the RPCs.
+	timeout   time.Duration
+	observing oneFlight[v1alpha1.DiskStatus]
+	checking  oneFlight[error]
+	measuring oneFlight[usageResult]
 }
+
+// What the bounded calls to a disk are called in their errors.
+const (
+	observingWhat = "its status check (health, space, volumes)"
+	checkingWhat  = "its health check"
+	measuringWhat = "its space check"
+)
 
 // unavailable returns why the disk's backend has not started, nil once it
 // has.
@@ -166,11 +188,70 @@ func (dk *disk) start(ctx context.Context) error {
 	return err
 }
 
-func (dk *disk) health(ctx context.Context) error {
+// checkHealth calls the backend's Health without a bound; only the status
+// observation, which runs in a goroutine of its own, calls it.
+func (dk *disk) checkHealth(ctx context.Context) error {
 	if err := dk.unavailable(); err != nil {
 		return err
 	}
 	return dk.backend.Health(ctx)
+}
+
+// health returns nil when new volumes can be placed on the disk and its
+// volumes reached, or why not. It is bounded by the disk's timeout, so
+// that an RPC that checks every disk (CreateVolume looking for its volume
+// and placing it, the health and list RPCs) does not hang on one stuck
+// disk, nor hold the volume's lock for good: a disk that did not answer
+// the status observation or an earlier call in time is unhealthy at once,
+// without a new call, until that call returns.
+func (dk *disk) health(ctx context.Context) error {
+	if err := dk.unavailable(); err != nil {
+		return err
+	}
+	if err := dk.stuck(); err != nil {
+		return err
+	}
+	f := dk.checking.join(ctx, dk.timeout, func(ctx context.Context) error {
+		return timedOut(ctx, dk.backend.Health(ctx), checkingWhat, dk.timeout)
+	})
+	err, werr := f.wait(ctx, checkingWhat, dk.timeout)
+	if werr != nil {
+		return werr
+	}
+	return err
+}
+
+// stuck returns an error when a call to the disk is in flight past its
+// deadline, nil otherwise.
+func (dk *disk) stuck() error {
+	if f := dk.observing.overdue(); f != nil {
+		return stillNotAnswering(f.started, observingWhat, dk.timeout)
+	}
+	if f := dk.checking.overdue(); f != nil {
+		return stillNotAnswering(f.started, checkingWhat, dk.timeout)
+	}
+	if f := dk.measuring.overdue(); f != nil {
+		return stillNotAnswering(f.started, measuringWhat, dk.timeout)
+	}
+	return nil
+}
+
+type usageResult struct {
+	u   backend.Usage
+	err error
+}
+
+// usage is the backend's Usage, bounded like health.
+func (dk *disk) usage(ctx context.Context) (backend.Usage, error) {
+	f := dk.measuring.join(ctx, dk.timeout, func(ctx context.Context) usageResult {
+		u, err := dk.backend.Usage(ctx)
+		return usageResult{u, timedOut(ctx, err, measuringWhat, dk.timeout)}
+	})
+	r, err := f.wait(ctx, measuringWhat, dk.timeout)
+	if err != nil {
+		return backend.Usage{}, err
+	}
+	return r.u, r.err
 }
 
 // Driver serves the CSI services.
@@ -219,6 +300,11 @@ func New(cfg Config) (*Driver, error) {
 		errs = append(errs, errors.New("reload interval must not be negative"))
 	} else if cfg.ReloadInterval == 0 {
 		cfg.ReloadInterval = defaultReloadInterval
+	}
+	if cfg.DiskStatusTimeout < 0 {
+		errs = append(errs, errors.New("disk status timeout must not be negative"))
+	} else if cfg.DiskStatusTimeout == 0 {
+		cfg.DiskStatusTimeout = DefaultDiskStatusTimeout
 	}
 	if !filepath.IsAbs(cfg.KubeletDir) {
 		errs = append(errs, fmt.Errorf("kubelet directory %q is not absolute", cfg.KubeletDir))
@@ -273,7 +359,7 @@ func (d *Driver) newDisk(dc config.Disk) *disk {
 	default:
 		b = backend.NewFile(dc.Path, dc.ReservedBytes(), d.cfg.Faults)
 	}
-	dk := &disk{name: dc.Name, backend: b, conf: dc}
+	dk := &disk{name: dc.Name, backend: b, conf: dc, timeout: d.cfg.DiskStatusTimeout}
 	dk.deviceClass.Store(&dc.DeviceClass)
 	return dk
 }
@@ -322,7 +408,7 @@ func (d *Driver) Start(ctx context.Context) {
 			logger.Error(err, "Disk unavailable, starting it again at every status refresh", "disk", dk.name)
 			continue
 		}
-		if err := dk.backend.Health(ctx); err != nil {
+		if err := dk.health(ctx); err != nil {
 			logger.Info("Disk unhealthy", "disk", dk.name, "reason", err.Error())
 		}
 	}

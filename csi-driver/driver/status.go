@@ -17,18 +17,24 @@ import (
 // maxMessageLength is the DiskNode schema's limit on a disk's message.
 const maxMessageLength = 1024
 
-// diskStatus observes one disk.
+// unhealthy returns st unhealthy with err as its message.
+func unhealthy(st v1alpha1.DiskStatus, err error) v1alpha1.DiskStatus {
+	st.Healthy = false
+	st.Message = err.Error()
+	if len(st.Message) > maxMessageLength {
+		st.Message = st.Message[:maxMessageLength]
+	}
+	return st
+}
+
+// diskStatus observes one disk, without a bound of its own: observe runs
+// it in the disk's bounded status observation.
 func (d *Driver) diskStatus(ctx context.Context, dk *disk) v1alpha1.DiskStatus {
 	st := v1alpha1.DiskStatus{Name: dk.name, Backend: dk.backend.Kind(), DeviceClass: dk.class(), Healthy: true}
 	fail := func(err error) v1alpha1.DiskStatus {
-		st.Healthy = false
-		st.Message = err.Error()
-		if len(st.Message) > maxMessageLength {
-			st.Message = st.Message[:maxMessageLength]
-		}
-		return st
+		return unhealthy(st, timedOut(ctx, err, observingWhat, dk.timeout))
 	}
-	if err := dk.health(ctx); err != nil {
+	if err := dk.checkHealth(ctx); err != nil {
 		return fail(err)
 	}
 	u, err := dk.backend.Usage(ctx)
@@ -86,36 +92,68 @@ func withoutPV(st *v1alpha1.DiskStatus, diskName string, vols []backend.Volume) 
 
 // Observe returns the node's current DiskNode status.
 func (d *Driver) Observe(ctx context.Context) *v1alpha1.DiskNodeStatus {
+	return d.observe(ctx, false)
+}
+
+// observe returns the node's current DiskNode status; with start, a disk
+// whose backend has not started is started first.
+//
+// Each disk is observed in a goroutine of its own (see bounded.go), all at
+// once, and observe waits for each until its observation's deadline, the
+// disk's timeout after it started: a disk whose syscalls or lvm commands
+// hang is reported unhealthy, not answering, while the others' statuses
+// are published on time. Otherwise the whole DiskNode would stop being
+// refreshed: the scheduler would reject the node for its stale status, and
+// diskfit-controller would take the node for silent and never learn that
+// the disk failed. An observation still in flight from an earlier refresh
+// is joined, not started again; once past its deadline the disk is
+// reported still not answering since it started, without waiting.
+func (d *Driver) observe(ctx context.Context, start bool) *v1alpha1.DiskNodeStatus {
 	st := &v1alpha1.DiskNodeStatus{ObservedTime: metav1.NewTime(time.Now())}
-	for _, dk := range d.disks() {
-		st.Disks = append(st.Disks, d.diskStatus(ctx, dk))
+	disks := d.disks()
+	flights := make([]*flight[v1alpha1.DiskStatus], len(disks))
+	for i, dk := range disks {
+		flights[i] = dk.observing.join(ctx, dk.timeout, func(ctx context.Context) v1alpha1.DiskStatus {
+			if start {
+				d.startUnavailable(ctx, dk)
+			}
+			return d.diskStatus(ctx, dk)
+		})
+	}
+	for i, dk := range disks {
+		ds, err := flights[i].wait(ctx, observingWhat, dk.timeout)
+		if err != nil {
+			ds = unhealthy(v1alpha1.DiskStatus{Name: dk.name, Backend: dk.backend.Kind(), DeviceClass: dk.class()}, err)
+		}
+		st.Disks = append(st.Disks, ds)
 	}
 	st.Disks = append(st.Disks, d.unservedDisks(st)...)
 	st.Summarize()
 	return st
 }
 
-// startUnavailable starts again the disks whose backend could not start,
-// so a disk mounted late is served without restarting the driver.
-func (d *Driver) startUnavailable(ctx context.Context) {
-	for _, dk := range d.disks() {
-		if dk.unavailable() == nil {
-			continue
-		}
-		if err := dk.start(ctx); err != nil {
-			klog.FromContext(ctx).V(2).Info("Disk still unavailable", "disk", dk.name, "reason", err.Error())
-			continue
-		}
-		klog.FromContext(ctx).Info("Disk available", "disk", dk.name)
+// startUnavailable starts the disk again if its backend could not start,
+// so a disk mounted late is served without restarting the driver. It runs
+// in the disk's status observation: a Start that hangs holds up only that
+// disk. Start itself gets no deadline (as at driver start): a start that
+// is only slow (an lvm volume group with much to roll back) must not be
+// killed half way at every refresh; the refresh just stops waiting for it.
+func (d *Driver) startUnavailable(ctx context.Context, dk *disk) {
+	if dk.unavailable() == nil {
+		return
 	}
+	if err := dk.start(context.WithoutCancel(ctx)); err != nil {
+		klog.FromContext(ctx).V(2).Info("Disk still unavailable", "disk", dk.name, "reason", err.Error())
+		return
+	}
+	klog.FromContext(ctx).Info("Disk available", "disk", dk.name)
 }
 
 // publish starts the disks that are not started yet, observes them, sets
 // the per-disk metrics from what it saw, publishes the status and reports
 // whether it reached the API.
 func (d *Driver) publish(ctx context.Context) bool {
-	d.startUnavailable(ctx)
-	st := d.Observe(ctx)
+	st := d.observe(ctx, true)
 	d.diskMetrics.observe(d.cfg.NodeID, st)
 	if d.cfg.Status == nil {
 		return true
