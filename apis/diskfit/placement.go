@@ -91,6 +91,15 @@ func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
 	return Location{Node: node, Disk: disk}, true
 }
 
+// BoundClaim reports whether pvc is the claim pv is bound to: the PV's
+// claimRef names it with its UID, and the claim names the PV. A claim made
+// anew under the same name is not.
+func BoundClaim(pv *v1.PersistentVolume, pvc *v1.PersistentVolumeClaim) bool {
+	ref := pv.Spec.ClaimRef
+	return ref != nil && ref.Namespace == pvc.Namespace && ref.Name == pvc.Name &&
+		ref.UID == pvc.UID && pvc.Spec.VolumeName == pv.Name
+}
+
 // ReleasedOnDiskLoss reports whether pvc asked to be released when its disk
 // is lost (OnDiskLossAnnotation); class is its StorageClass, nil when
 // unknown.

@@ -28,7 +28,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -212,20 +211,14 @@ func (c *Controller) Pass(ctx context.Context) {
 	c.releaseFailedDisks(ctx, claims)
 }
 
-// onDisk is a claim with the StorageClass it was made with (nil when gone).
-type onDisk struct {
-	Claim
-	class *storagev1.StorageClass
-}
-
 // claimsByDisk returns the bound claims on diskfit volumes, by where the
 // volumes live.
-func (c *Controller) claimsByDisk() (map[diskfit.Location][]onDisk, error) {
+func (c *Controller) claimsByDisk() (map[diskfit.Location][]Claim, error) {
 	pvs, err := c.pvs.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	out := map[diskfit.Location][]onDisk{}
+	out := map[diskfit.Location][]Claim{}
 	for _, pv := range pvs {
 		loc, ok := diskfit.PVLocation(pv)
 		ref := pv.Spec.ClaimRef
@@ -241,29 +234,29 @@ func (c *Controller) claimsByDisk() (map[diskfit.Location][]onDisk, error) {
 		}
 		// A claim being deleted stays: a release interrupted after the
 		// claim's delete (its pods still hold it) is finished next pass.
-		if pvc.UID != ref.UID || pvc.Spec.VolumeName != pv.Name {
+		if !diskfit.BoundClaim(pv, pvc) {
 			continue
 		}
-		var class *storagev1.StorageClass
+		cl := Claim{PVC: pvc, PV: pv}
 		if name := pvc.Spec.StorageClassName; name != nil {
-			class, _ = c.classes.Get(*name)
+			cl.Class, _ = c.classes.Get(*name)
 		}
-		out[loc] = append(out[loc], onDisk{Claim: Claim{PVC: pvc, PV: pv}, class: class})
+		out[loc] = append(out[loc], cl)
 	}
 	return out, nil
 }
 
 // releaseLostNodes releases the opted-in claims of nodes the API server
 // has said for NodeLossGrace do not exist.
-func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Location][]onDisk) {
+func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Location][]Claim) {
 	logger := klog.FromContext(ctx)
-	lost := map[string][]onDisk{}
+	lost := map[string][]Claim{}
 	for loc, list := range claims {
 		if _, err := c.nodes.Get(loc.Node); !apierrors.IsNotFound(err) {
 			continue
 		}
 		for _, cl := range list {
-			if diskfit.ReleasedOnNodeLoss(cl.PVC, cl.class) {
+			if diskfit.ReleasedOnNodeLoss(cl.PVC, cl.Class) {
 				lost[loc.Node] = append(lost[loc.Node], cl)
 			}
 		}
@@ -304,7 +297,7 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 			continue
 		}
 		for _, cl := range list {
-			if err := ReleaseWithNode(ctx, c.client, cl.Claim); err != nil {
+			if err := ReleaseWithNode(ctx, c.client, cl); err != nil {
 				logger.Error(err, "Releasing a claim of a deleted node", "node", name, "pvc", klog.KObj(cl.PVC))
 				continue
 			}
@@ -321,7 +314,7 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 // unhealthy: it tells their claims and pods when a disk fails and when it
 // recovers, and releases the opted-in claims of a disk that stayed
 // unhealthy for DiskFailureGrace.
-func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.Location][]onDisk) {
+func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.Location][]Claim) {
 	logger := klog.FromContext(ctx)
 	now := c.opts.Clock.Now()
 	seen := map[diskfit.Location]bool{}
@@ -374,9 +367,9 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 		if now.Sub(f.since) < c.opts.DiskFailureGrace {
 			continue
 		}
-		var release []onDisk
+		var release []Claim
 		for _, cl := range claims[loc] {
-			if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.class) {
+			if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.Class) {
 				release = append(release, cl)
 			}
 		}
@@ -392,12 +385,12 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 			// since. The API server's copy decides, and the delete carries
 			// its resourceVersion.
 			pvc, err := c.client.CoreV1().PersistentVolumeClaims(cl.PVC.Namespace).Get(ctx, cl.PVC.Name, metav1.GetOptions{})
-			if err != nil || pvc.UID != cl.PVC.UID || !diskfit.ReleasedOnDiskLoss(pvc, cl.class) {
+			if err != nil || pvc.UID != cl.PVC.UID || !diskfit.ReleasedOnDiskLoss(pvc, cl.Class) {
 				logger.V(2).Info("Claim no longer to release", "pvc", klog.KObj(cl.PVC), "err", err)
 				continue
 			}
 			cl.PVC = pvc
-			if err := ReleaseKeepingData(ctx, c.client, cl.Claim, loc.Node); err != nil {
+			if err := ReleaseKeepingData(ctx, c.client, cl, loc.Node); err != nil {
 				logger.Error(err, "Releasing a claim of a failed disk", "node", loc.Node, "disk", loc.Disk, "pvc", klog.KObj(cl.PVC))
 				c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseFailed, "Release", "Releasing the claim from failed disk %s on node %s: %v", loc.Disk, loc.Node, err)
 				continue
@@ -414,7 +407,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 // tellFailure puts a Warning event on each claim of a failed disk and on
 // the pods using it, once per claim and failure, saying what happens next
 // and what a person can do.
-func (c *Controller) tellFailure(loc diskfit.Location, f *failure, claims []onDisk) {
+func (c *Controller) tellFailure(loc diskfit.Location, f *failure, claims []Claim) {
 	for _, cl := range claims {
 		uid := string(cl.PVC.UID)
 		if f.told[uid] {
@@ -422,7 +415,7 @@ func (c *Controller) tellFailure(loc diskfit.Location, f *failure, claims []onDi
 		}
 		f.told[uid] = true
 		note := fmt.Sprintf("Disk %s on node %s, which holds this claim's volume, failed (%s). ", loc.Disk, loc.Node, strings.TrimRight(f.message, ".?! "))
-		if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.class) {
+		if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.Class) {
 			note += fmt.Sprintf("The claim asked to be released (%s: %s): unless the disk recovers by %s, it and its pod are deleted so the workload recreates them on a working disk; the volume's PV is kept",
 				diskfit.OnDiskLossAnnotation, diskfit.OnDiskLossRelease, f.since.Add(c.opts.DiskFailureGrace).UTC().Format(time.RFC3339))
 		} else {

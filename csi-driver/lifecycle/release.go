@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,10 +19,12 @@ import (
 // PVs it provisioned, removed once it has deleted the volume.
 const provisionerFinalizer = "external-provisioner.volume.kubernetes.io/finalizer"
 
-// Claim is a bound claim and its diskfit volume.
+// Claim is a bound claim, its diskfit volume and the StorageClass it was
+// made with (nil when gone).
 type Claim struct {
-	PVC *v1.PersistentVolumeClaim
-	PV  *v1.PersistentVolume
+	PVC   *v1.PersistentVolumeClaim
+	PV    *v1.PersistentVolume
+	Class *storagev1.StorageClass
 }
 
 // ReleaseKeepingData lets a claim go from a disk whose volume its

@@ -75,19 +75,18 @@ func claimsOn(ctx context.Context, c *Clients, keep func(diskfit.Location) bool)
 			return true
 		}
 		pvc := &pvcs.Items[i]
-		return pvc.UID != ref.UID || pvc.Spec.VolumeName != d.PV.Name || pvc.DeletionTimestamp != nil
+		return !diskfit.BoundClaim(d.PV, pvc) || pvc.DeletionTimestamp != nil
 	})
 	for i := range out {
 		d := &out[i]
 		ref := d.PV.Spec.ClaimRef
 		d.PVC = &pvcs.Items[byName[types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}]]
-		var class *storagev1.StorageClass
 		if name := d.PVC.Spec.StorageClassName; name != nil {
 			if j := slices.IndexFunc(classes.Items, func(sc storagev1.StorageClass) bool { return sc.Name == *name }); j >= 0 {
-				class = &classes.Items[j]
+				d.Class = &classes.Items[j]
 			}
 		}
-		d.release = diskfit.ReleasedOnDiskLoss(d.PVC, class)
+		d.release = diskfit.ReleasedOnDiskLoss(d.PVC, d.Class)
 	}
 	slices.SortFunc(out, func(a, b diskClaim) int {
 		return cmp.Or(cmp.Compare(a.loc.Node, b.loc.Node), cmp.Compare(a.loc.Disk, b.loc.Disk),
