@@ -193,7 +193,7 @@ func (f *File) recover(ctx context.Context, dir string) error {
 			// readable again (or removed by hand).
 			return fmt.Errorf("cannot tell whether %s is complete, keeping every file of the disk: %w", record, err)
 		case rec.State == StateReady:
-			if err := cutBack(ctx, filepath.Join(dir, key+dataSuffix), rec.SizeBytes); err != nil {
+			if err := cutBack(ctx, f.loopFile(dir, key), rec.SizeBytes); err != nil {
 				return err
 			}
 			continue
@@ -216,13 +216,14 @@ func (f *File) recover(ctx context.Context, dir string) error {
 // grown into the extra space (the record was lost after the device saw the
 // new size), so a file attached to such a device is never cut: truncating
 // under a live filesystem would destroy what it wrote there.
-func cutBack(ctx context.Context, path string, size int64) error {
+func cutBack(ctx context.Context, file loop.File, size int64) error {
 	logger := klog.FromContext(ctx)
+	path := file.Path
 	st, err := os.Lstat(path)
 	if err != nil || !st.Mode().IsRegular() || st.Size() <= size {
 		return nil
 	}
-	devs, err := loop.FindAll(ctx, path)
+	devs, err := loop.FindAll(ctx, file)
 	if err != nil {
 		return fmt.Errorf("looking for loop devices of %s: %w", path, err)
 	}
@@ -293,6 +294,18 @@ func (f *File) Usage(_ context.Context) (Usage, error) {
 
 func (f *File) volumeFile(key string) string   { return filepath.Join(f.volumes, key+dataSuffix) }
 func (f *File) snapshotFile(key string) string { return filepath.Join(f.snapshots, key+dataSuffix) }
+
+// loopFile is key's data file in dir (the volume or snapshot directory) as
+// the loop package knows it: by its place on this disk's filesystem, so
+// that its loop devices are found even while the disk is away.
+func (f *File) loopFile(dir, key string) loop.File {
+	path := filepath.Join(dir, key+dataSuffix)
+	rel, err := filepath.Rel(f.path, path)
+	if err != nil {
+		rel = path // never: dir is below f.path
+	}
+	return loop.File{Path: path, Dev: f.dev, Name: "/" + rel}
+}
 
 // CreateVolume implements Backend.
 func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
@@ -423,7 +436,7 @@ func (f *File) DeleteVolume(ctx context.Context, key string) error {
 	if err := f.Health(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnhealthy, err)
 	}
-	devs, err := loop.FindAll(ctx, f.volumeFile(key))
+	devs, err := loop.FindAll(ctx, f.loopFile(f.volumes, key))
 	if err != nil {
 		return err
 	}
@@ -639,7 +652,7 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 // refreshLoop makes the volume's loop device, if it has one, as large as
 // the recorded size.
 func (f *File) refreshLoop(ctx context.Context, key string, size int64) error {
-	dev, err := loop.Find(ctx, f.volumeFile(key))
+	dev, err := loop.Find(ctx, f.loopFile(f.volumes, key))
 	if err != nil || dev == "" {
 		return err
 	}
@@ -694,27 +707,23 @@ func (f *File) Attach(ctx context.Context, key string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dev, err := loop.Attach(ctx, f.volumeFile(key))
+	dev, err := loop.Attach(ctx, f.loopFile(f.volumes, key))
 	if err != nil {
 		return "", err
 	}
 	return dev, refreshIfSmaller(ctx, dev, vol.SizeBytes)
 }
 
-// Device implements Backend.
+// Device implements Backend. It finds the device also while the disk's
+// filesystem is away (detached lazily after a failure), so that
+// NodeUnstageVolume can still free it.
 func (f *File) Device(ctx context.Context, key string) (string, error) {
-	if _, err := os.Stat(f.volumeFile(key)); errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	}
-	return loop.Find(ctx, f.volumeFile(key))
+	return loop.Find(ctx, f.loopFile(f.volumes, key))
 }
 
-// Detach implements Backend.
+// Detach implements Backend; it works while the disk is away, as Device.
 func (f *File) Detach(ctx context.Context, key string) error {
-	if _, err := os.Stat(f.volumeFile(key)); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return loop.Detach(ctx, f.volumeFile(key))
+	return loop.Detach(ctx, f.loopFile(f.volumes, key))
 }
 
 // Blank implements Backend: a preallocated file that was never written

@@ -23,8 +23,24 @@ import (
 // their backing files.
 const sysBlock = "/sys/block"
 
+// File is a backing file. Path opens it; Dev and Name identify it, and
+// they still do after the filesystem holding it was detached lazily and
+// mounted again, or while it is not mounted at all (see FindAll).
+type File struct {
+	// Path is where the file is now.
+	Path string
+	// Dev is the device number of the filesystem holding the file, as
+	// stat reports it.
+	Dev uint64
+	// Name is the file's path below the mount point of that filesystem,
+	// starting with "/".
+	Name string
+}
+
+func (f File) String() string { return f.Path }
+
 // Find returns the loop device backed by file, or "" when none is.
-func Find(ctx context.Context, file string) (string, error) {
+func Find(ctx context.Context, file File) (string, error) {
 	devs, err := FindAll(ctx, file)
 	if err != nil || len(devs) == 0 {
 		return "", err
@@ -34,11 +50,23 @@ func Find(ctx context.Context, file string) (string, error) {
 
 // FindAll returns every loop device backed by file, read from sysfs rather
 // than by running losetup: it is on the path of every stage, publish and
-// delete, and a process start costs more than the whole lookup. A device
-// whose backing file was deleted (the kernel appends " (deleted)") is not
-// a match, so a volume made again under the same name is never mistaken
-// for an old attachment.
-func FindAll(_ context.Context, file string) ([]string, error) {
+// delete, and a process start costs more than the whole lookup.
+//
+// A device serves file when its backing file is on file's filesystem under
+// file's name there. The kernel names a backing file by its path from the
+// root of the mount it was opened through: the full path while the disk is
+// mounted, but "/volumes/x" where the driver asks about
+// "/mnt/disks/d1/volumes/x" once that mount was detached lazily (a failed
+// or pulled disk), also after the disk was mounted again, when the device
+// is still open on the old mount. So a device whose name ends in file.Name
+// is confirmed by the filesystem it reads from (LOOP_GET_STATUS64), with no
+// need to reach the file itself, which a lost disk no longer offers. A
+// device whose backing file was deleted (the kernel appends " (deleted)")
+// is never a match: its name may belong to a volume made since.
+func FindAll(_ context.Context, file File) ([]string, error) {
+	if !strings.HasPrefix(file.Name, "/") || !strings.HasSuffix(file.Path, file.Name) {
+		return nil, fmt.Errorf("loop: %q is not the name of %s below its mount point", file.Name, file.Path)
+	}
 	entries, err := os.ReadDir(sysBlock)
 	if err != nil {
 		return nil, fmt.Errorf("listing block devices: %w", err)
@@ -50,12 +78,33 @@ func FindAll(_ context.Context, file string) ([]string, error) {
 			continue
 		}
 		backing, ok := readSmall(filepath.Join(sysBlock, e.Name(), "loop", "backing_file"), buf)
-		if ok && strings.TrimSuffix(backing, "\n") == file {
-			devs = append(devs, "/dev/"+e.Name())
+		if !ok || !strings.HasSuffix(strings.TrimSuffix(backing, "\n"), file.Name) {
+			continue
+		}
+		dev := "/dev/" + e.Name()
+		info, err := loopStatus(dev)
+		if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT) {
+			continue // detached since sysfs was read
+		}
+		if err != nil {
+			// It may be the one serving file: better no answer than "none".
+			return nil, fmt.Errorf("reading the backing file of %s: %w", dev, err)
+		}
+		if info.Device == file.Dev {
+			devs = append(devs, dev)
 		}
 	}
 	sort.Strings(devs)
 	return devs, nil
+}
+
+func loopStatus(dev string) (*unix.LoopInfo64, error) {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return unix.IoctlLoopGetStatus64(fd)
 }
 
 // readSmall reads a sysfs attribute with bare system calls: a node has
@@ -79,7 +128,7 @@ func readSmall(path string, buf []byte) (string, bool) {
 // Attach returns the loop device backed by file, attaching one with direct
 // I/O and 4096-byte sectors when there is none, so calling it again is
 // harmless.
-func Attach(ctx context.Context, file string) (string, error) {
+func Attach(ctx context.Context, file File) (string, error) {
 	if dev, err := Find(ctx, file); err != nil || dev != "" {
 		if err == nil {
 			err = disableDiscard(dev)
@@ -92,7 +141,7 @@ func Attach(ctx context.Context, file string) (string, error) {
 	// snapshot restore or clone), and a filesystem made with 4096-byte
 	// sectors cannot be mounted from a device with 512-byte ones, nor the
 	// other way round. 4096 satisfies every backing device's alignment.
-	out, err := run(ctx, "losetup", "--find", "--show", "--direct-io=on", "--sector-size", "4096", file)
+	out, err := run(ctx, "losetup", "--find", "--show", "--direct-io=on", "--sector-size", "4096", file.Path)
 	if err != nil {
 		return "", err
 	}
@@ -135,7 +184,7 @@ func disableDiscard(dev string) error {
 }
 
 // Detach detaches every loop device backed by file; none is fine.
-func Detach(ctx context.Context, file string) error {
+func Detach(ctx context.Context, file File) error {
 	devs, err := FindAll(ctx, file)
 	if err != nil {
 		return err
@@ -159,7 +208,7 @@ const detachTimeout = 10 * time.Second
 // only marks a device that someone still holds open (udev probing it, for
 // one) for detaching on last close, and losetup returns at once; callers
 // such as DeleteVolume need the detach to have happened.
-func waitDetached(ctx context.Context, file string) error {
+func waitDetached(ctx context.Context, file File) error {
 	deadline := time.Now().Add(detachTimeout)
 	for {
 		devs, err := FindAll(ctx, file)

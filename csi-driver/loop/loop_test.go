@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -16,11 +18,11 @@ func TestAttachFindRefreshDetach(t *testing.T) {
 	ctx := context.Background()
 	// A disk of its own, so cleanup finds every loop device the test made.
 	dir := testdisk.New(t, "xfs", 320<<20)
-	file := filepath.Join(dir, "vol.img")
-	if err := os.WriteFile(file, nil, 0o600); err != nil {
+	file := fileOn(t, dir, "/vol.img")
+	if err := os.WriteFile(file.Path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Truncate(file, 8<<20); err != nil {
+	if err := os.Truncate(file.Path, 8<<20); err != nil {
 		t.Fatal(err)
 	}
 	if dev, err := Find(ctx, file); err != nil || dev != "" {
@@ -42,7 +44,7 @@ func TestAttachFindRefreshDetach(t *testing.T) {
 	if bs, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "logical_block_size")); err != nil || string(bs) != "4096\n" {
 		t.Errorf("logical block size %q, %v, want 4096", bs, err)
 	}
-	if err := os.Truncate(file, 16<<20); err != nil {
+	if err := os.Truncate(file.Path, 16<<20); err != nil {
 		t.Fatal(err)
 	}
 	if err := Refresh(ctx, dev); err != nil {
@@ -74,8 +76,8 @@ func TestAttachedDeviceKeepsItsSpace(t *testing.T) {
 	testdisk.Require(t)
 	ctx := context.Background()
 	dir := testdisk.New(t, "xfs", 512<<20)
-	file := filepath.Join(dir, "vol.img")
-	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY, 0o600)
+	file := fileOn(t, dir, "/vol.img")
+	f, err := os.OpenFile(file.Path, os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +119,109 @@ func TestAttachedDeviceKeepsItsSpace(t *testing.T) {
 			t.Errorf("%s: discard_max_bytes %q, %v, want 0", step.name, limit, err)
 		}
 		var st unix.Stat_t
-		if err := unix.Stat(file, &st); err != nil {
+		if err := unix.Stat(file.Path, &st); err != nil {
 			t.Fatal(err)
 		}
 		if allocated := st.Blocks * 512; allocated < size {
 			t.Errorf("%s: backing file holds %d bytes, want all %d", step.name, allocated, size)
 		}
 	}
+}
+
+// A disk whose filesystem was detached lazily (umount --lazy, as when it
+// fails or is pulled while a volume is in use) and mounted again leaves its
+// loop devices open on the old mount, and the kernel then names their
+// backing files from that mount's root ("/volumes/vol.img"), not by the
+// path the driver asks about. They are still that file's devices: missing
+// them would let NodeUnstageVolume leave a device attached, DeleteVolume
+// remove the file under it, and Attach put a second device on the file.
+func TestFindAfterTheDiskIsMountedAgain(t *testing.T) {
+	testdisk.Require(t)
+	ctx := context.Background()
+	dir := testdisk.New(t, "xfs", 320<<20)
+	if err := os.Mkdir(filepath.Join(dir, "volumes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file, other := fileOn(t, dir, "/volumes/vol.img"), fileOn(t, dir, "/volumes/other.img")
+	for _, f := range []File{file, other} {
+		if err := os.WriteFile(f.Path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(f.Path, 8<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev, err := Attach(ctx, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Runs before the disk's own cleanup, which finds devices by path.
+	t.Cleanup(func() { _, _ = run(ctx, "losetup", "--detach", dev) })
+
+	src := testdisk.Source(dir)
+	testdisk.Run(t, "umount", "--lazy", dir)
+	backing, _ := os.ReadFile(filepath.Join(sysBlock, filepath.Base(dev), "loop", "backing_file"))
+	if strings.TrimSpace(string(backing)) == file.Path {
+		t.Fatalf("the kernel still names %s's backing file %s: this test shows nothing here", dev, file.Path)
+	}
+	// While the disk is not mounted at all, and after it is mounted again.
+	for i, when := range []string{"while the disk is away", "after the disk was mounted again"} {
+		if i == 1 {
+			testdisk.Run(t, "mount", src, dir)
+		}
+		if found, err := FindAll(ctx, file); err != nil || !slices.Equal(found, []string{dev}) {
+			t.Errorf("FindAll(%s) %s: %q, %v, want [%s] (the kernel names it %q)", file, when, found, err, dev, strings.TrimSpace(string(backing)))
+		}
+		if found, err := FindAll(ctx, other); err != nil || len(found) != 0 {
+			t.Errorf("FindAll(%s), a file never attached, %s: %q, %v, want none", other, when, found, err)
+		}
+	}
+	if again, err := Attach(ctx, file); err != nil || again != dev {
+		t.Errorf("Attach after the disk was mounted again: %q, %v, want the existing %s", again, err, dev)
+		if again != "" && again != dev {
+			_, _ = run(ctx, "losetup", "--detach", again)
+		}
+	}
+	if err := Detach(ctx, file); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(sysBlock, filepath.Base(dev), "loop", "backing_file")); err == nil {
+		t.Errorf("%s is still attached after Detach(%s)", dev, file)
+	}
+}
+
+// A file on another filesystem under the same name is not the same file.
+func TestFindIsPerFilesystem(t *testing.T) {
+	testdisk.Require(t)
+	ctx := context.Background()
+	a, b := fileOn(t, testdisk.New(t, "xfs", 320<<20), "/vol.img"), fileOn(t, testdisk.New(t, "xfs", 320<<20), "/vol.img")
+	for _, f := range []File{a, b} {
+		if err := os.WriteFile(f.Path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(f.Path, 8<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev, err := Attach(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Detach(ctx, a) })
+	if found, err := FindAll(ctx, b); err != nil || len(found) != 0 {
+		t.Errorf("FindAll(%s) with only %s attached (to %s): %q, %v, want none", b, a, dev, found, err)
+	}
+	if _, err := FindAll(ctx, File{Path: a.Path, Dev: a.Dev, Name: "/other.img"}); err == nil {
+		t.Error("FindAll with a name that is not the end of the path: no error")
+	}
+}
+
+// fileOn names the file at rel below the filesystem mounted at mnt.
+func fileOn(t *testing.T, mnt, rel string) File {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	return File{Path: mnt + rel, Dev: st.Dev, Name: rel}
 }
