@@ -2,40 +2,28 @@ package backend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/fault"
 	"github.com/diskfit/diskfit/csi-driver/loop"
 )
 
-const (
-	stateDirName    = "diskfit"
-	volumesDirName  = "volumes"
-	snapshotDirName = "snapshots"
-	metaSuffix      = ".json"
-	dataSuffix      = ".img"
-	tmpInfix        = ".tmp-"
-)
-
 // File keeps each volume as a preallocated file on a mounted filesystem,
 // attached to a loop device. Next to every data file is a small JSON record
 // written atomically before the data file exists, so a crash at any point
-// leaves either nothing or a record that says what to finish or undo.
+// leaves either nothing or a record that says what to finish or undo. The
+// records are in records.go, what Start undoes in recovery.go, and the
+// space copy-on-write may still need in cow.go.
 type File struct {
 	path     string
 	reserved atomic.Int64
@@ -143,104 +131,6 @@ func (f *File) makeStateDirs() error {
 				return fmt.Errorf("restricting state directory: %w", err)
 			}
 		}
-	}
-	return nil
-}
-
-// recover removes temporary records, data files without a record, and
-// everything whose record is not "ready": a creation that did not finish
-// is undone rather than finished, because the caller never got an answer
-// and will retry.
-func (f *File) recover(ctx context.Context, dir string) error {
-	logger := klog.FromContext(ctx)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if strings.Contains(name, tmpInfix) {
-			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("removing stale temporary file: %w", err)
-			}
-			continue
-		}
-		key, ok := strings.CutSuffix(name, metaSuffix)
-		if !ok {
-			if key, ok := strings.CutSuffix(name, dataSuffix); ok {
-				if _, err := os.Stat(filepath.Join(dir, key+metaSuffix)); errors.Is(err, fs.ErrNotExist) {
-					logger.Info("Removing data file without a record", "file", filepath.Join(dir, name))
-					if err := removeFile(filepath.Join(dir, name)); err != nil {
-						return err
-					}
-				}
-			}
-			continue
-		}
-		var rec struct {
-			State     State `json:"state"`
-			SizeBytes int64 `json:"sizeBytes"`
-		}
-		record := filepath.Join(dir, name)
-		err := readJSON(record, &rec)
-		switch {
-		case err != nil:
-			// No crash leaves a record that does not read or decode: every
-			// record is fsynced before it is renamed into place. So this is
-			// an I/O error or damage, which says nothing about the volume:
-			// it may be complete and hold data. Keep everything; the disk
-			// stays unavailable, with this reason, until the record is
-			// readable again (or removed by hand).
-			return fmt.Errorf("cannot tell whether %s is complete, keeping every file of the disk: %w", record, err)
-		case rec.State == StateReady:
-			if err := cutBack(ctx, f.loopFile(dir, key), rec.SizeBytes); err != nil {
-				return err
-			}
-			continue
-		}
-		logger.Info("Rolling back interrupted operation", "record", record, "state", rec.State)
-		if err := f.removePair(ctx, dir, key); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// cutBack truncates a data file larger than its record to the recorded
-// size. Only an expansion interrupted between growing the file and
-// recording the new size leaves one (a failed one cuts back itself), and
-// giving the space back keeps the disk's free space what the records say.
-// A retried expansion grows the file again.
-//
-// A loop device refreshed past the recorded size may hold a filesystem
-// grown into the extra space (the record was lost after the device saw the
-// new size), so a file attached to such a device is never cut: truncating
-// under a live filesystem would destroy what it wrote there.
-func cutBack(ctx context.Context, file loop.File, size int64) error {
-	logger := klog.FromContext(ctx)
-	path := file.Path
-	st, err := os.Lstat(path)
-	if err != nil || !st.Mode().IsRegular() || st.Size() <= size {
-		return nil
-	}
-	devs, err := loop.FindAll(ctx, file)
-	if err != nil {
-		return fmt.Errorf("looking for loop devices of %s: %w", path, err)
-	}
-	for _, dev := range devs {
-		devBytes, err := loopSize(dev)
-		if err != nil {
-			return err
-		}
-		if devBytes > size {
-			logger.Info("Keeping a data file larger than its record: its loop device already has the larger size",
-				"file", path, "fileBytes", st.Size(), "recordBytes", size, "device", dev, "deviceBytes", devBytes)
-			return nil
-		}
-	}
-	logger.Info("Cutting back a data file grown by an interrupted expansion", "file", path, "from", st.Size(), "to", size)
-	if err := os.Truncate(path, size); err != nil {
-		return fmt.Errorf("cutting %s back to %d bytes: %w", path, size, err)
 	}
 	return nil
 }
@@ -446,38 +336,6 @@ func (f *File) DeleteVolume(ctx context.Context, key string) error {
 	return f.removeRecordFirst(f.volumes, key, fault.DeleteVolumeRecordRemoved, fault.DeleteVolumeDataRemoved)
 }
 
-// removeRecordFirst deletes a volume or snapshot: the record goes first
-// (synced), then the data. A crash in between leaves a data file without a
-// record, which Start removes; it never leaves a record claiming data that
-// is gone.
-func (f *File) removeRecordFirst(dir, key string, recordRemoved, dataRemoved fault.Step) error {
-	defer f.cow.invalidate() // what the removed file shared is no longer shared
-	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
-		return err
-	}
-	if err := syncDir(dir); err != nil {
-		return err
-	}
-	f.faults.Reach(recordRemoved)
-	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
-		return err
-	}
-	f.faults.Reach(dataRemoved)
-	return nil
-}
-
-// removePair removes a data file and then its record, so that a record
-// always exists while data does; used to undo a creation.
-func (f *File) removePair(_ context.Context, dir, key string) error {
-	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
-		return err
-	}
-	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
 // GetVolume implements Backend. An unhealthy disk answers ErrUnhealthy,
 // not ErrNotFound: the volume may well exist once the disk is back.
 func (f *File) GetVolume(ctx context.Context, key string) (*Volume, error) {
@@ -492,44 +350,6 @@ func (f *File) GetVolume(ctx context.Context, key string) (*Volume, error) {
 		return nil, err
 	}
 	return &vol, nil
-}
-
-// checkDataFile refuses a data file that is not a regular file: a symlink
-// or device planted in the state directory must never be attached, grown,
-// cloned or reported as a volume. A missing one is not refused here; the
-// volume's health reports it.
-func checkDataFile(path string) error {
-	st, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("data file: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%w: data file %s is not a regular file (%s)", ErrNotFound, path, st.Mode().Type())
-	}
-	return nil
-}
-
-// readRecord reads the record of key and returns ErrNotFound unless it is
-// ready and names that key: the key in a record is used to build paths, so
-// a record that names another one (copied or tampered with) is not trusted.
-func readRecord(path, key string, recordKey *string, v any, state *State) error {
-	err := readJSON(path, v)
-	if errors.Is(err, fs.ErrNotExist) {
-		return ErrNotFound
-	}
-	if err != nil {
-		return err
-	}
-	if *recordKey != key {
-		return fmt.Errorf("%w: record %s names key %q", ErrNotFound, path, *recordKey)
-	}
-	if *state != StateReady {
-		return fmt.Errorf("%w: record %s is %s", ErrNotFound, path, *state)
-	}
-	return nil
 }
 
 // ListVolumes implements Backend.
@@ -841,21 +661,6 @@ func (f *File) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
 	return snaps, nil
 }
 
-func listKeys(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", dir, err)
-	}
-	var keys []string
-	for _, e := range entries {
-		if key, ok := strings.CutSuffix(e.Name(), metaSuffix); ok && !strings.Contains(e.Name(), tmpInfix) {
-			keys = append(keys, key)
-		}
-	}
-	sort.Strings(keys)
-	return keys, nil
-}
-
 // probeReflink reports whether dir's filesystem can share extents between
 // files, by trying it.
 func probeReflink(dir string) bool {
@@ -875,83 +680,4 @@ func probeReflink(dir string) bool {
 	defer os.Remove(dst.Name())
 	defer dst.Close()
 	return unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())) == nil
-}
-
-func readJSON(path string, v any) error {
-	// Records are small; a symlink in their place is not followed.
-	file, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return fmt.Errorf("reading record: %w", err)
-	}
-	data, err := io.ReadAll(io.LimitReader(file, maxRecordBytes))
-	file.Close()
-	if err != nil {
-		return fmt.Errorf("reading record: %w", err)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decoding record %s: %w", path, err)
-	}
-	return nil
-}
-
-// maxRecordBytes bounds what is read of a record; a real one is a few
-// hundred bytes.
-const maxRecordBytes = 64 << 10
-
-// writeJSONAtomic replaces path with v's JSON: write a temporary file, fsync
-// it and rename it over path, so readers (and a restarted driver) see the
-// old record or the new one, never a torn one. With durable set the
-// directory is synced too, so the new record survives a crash. tempWritten
-// is the crash-test step between the synced temporary file and the rename.
-func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fault.Step) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encoding record: %w", err)
-	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+tmpInfix)
-	if err != nil {
-		return fmt.Errorf("writing record: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing record: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("syncing record: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing record: %w", err)
-	}
-	if err := f.faults.Reach(tempWritten); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("renaming record: %w", err)
-	}
-	if !durable {
-		return nil
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("syncing directory %s: %w", dir, err)
-	}
-	return nil
-}
-
-func removeFile(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("removing %s: %w", path, err)
-	}
-	return nil
 }

@@ -243,58 +243,6 @@ func TestFileFinishesInterruptedExpand(t *testing.T) {
 	}
 }
 
-// TestFileRecovery leaves the on-disk traces of interrupted operations and
-// checks that Start undoes each of them and keeps ready volumes.
-func TestFileRecovery(t *testing.T) {
-	ctx := context.Background()
-	f, p := newFile(t, "ext4", 256*mi, 0)
-	if f.SupportsSnapshots() {
-		t.Error("ext4 reported reflink")
-	}
-	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "keep", Name: "keep", SizeBytes: 4 * mi}); err != nil {
-		t.Fatal(err)
-	}
-	if blank, err := f.Blank(ctx, "keep"); err != nil || !blank {
-		t.Errorf("fresh volume on ext4 blank = %v, %v", blank, err)
-	}
-	if _, err := f.CreateSnapshot(ctx, "s", "s", "keep"); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("snapshot on ext4: %v, want ErrUnsupported", err)
-	}
-	dir := filepath.Join(p, stateDirName, volumesDirName)
-	write := func(name, content string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("creating.json", `{"key":"creating","name":"creating","sizeBytes":4194304,"state":"creating"}`)
-	write("creating.img", "partial")
-	write("orphan.img", "no record")
-	write("keep.json.tmp-123", "{")
-
-	if _, err := f.GetVolume(ctx, "creating"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("a volume still being created is visible: %v", err)
-	}
-	restarted := NewFile(p, 0, nil)
-	if err := restarted.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	vols, err := restarted.ListVolumes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(vols) != 1 || vols[0].Key != "keep" {
-		t.Errorf("volumes after recovery: %+v", vols)
-	}
-	entries, _ := os.ReadDir(dir)
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	if strings.Join(names, ",") != "keep.img,keep.json" {
-		t.Errorf("files after recovery: %v", names)
-	}
-}
-
 func TestFileHealthAfterUnmount(t *testing.T) {
 	ctx := context.Background()
 	f, p := newFile(t, "xfs", 320*mi, 0)

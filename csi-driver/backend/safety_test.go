@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -14,55 +13,6 @@ import (
 	"github.com/diskfit/diskfit/csi-driver/fault"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
-
-// TestRecoveryKeepsVolumesWhoseRecordCannotBeRead: a record that cannot
-// be read (an I/O error, here EISDIR) says nothing about whether the
-// volume is complete, so Start keeps every file and fails, which makes
-// the disk unhealthy with the reason. Only a record that reads but does
-// not decode (an intent torn by a crash) or says "creating" is rolled back.
-func TestRecoveryKeepsVolumesWhoseRecordCannotBeRead(t *testing.T) {
-	ctx := context.Background()
-	f, p := newFile(t, "xfs", 512*mi, 0)
-	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "data", Name: "data", SizeBytes: 16 * mi}); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(p, stateDirName, volumesDirName)
-	// The record is replaced by something that fails to read, not to decode.
-	record := filepath.Join(dir, "data"+metaSuffix)
-	saved, err := os.ReadFile(record)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(record); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(record, 0o700); err != nil {
-		t.Fatal(err)
-	}
-
-	restarted := NewFile(p, 0, nil)
-	err = restarted.Start(ctx)
-	if err == nil || !strings.Contains(err.Error(), record) {
-		t.Errorf("start with an unreadable record: %v, want an error naming %s", err, record)
-	}
-	if st, err := os.Stat(filepath.Join(dir, "data"+dataSuffix)); err != nil || st.Size() != 16*mi {
-		t.Fatalf("the volume's data file is gone or changed after start: %v", err)
-	}
-
-	// Once the record reads again, the volume is served as before.
-	if err := os.Remove(record); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(record, saved, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := restarted.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if vol, err := restarted.GetVolume(ctx, "data"); err != nil || vol.SizeBytes != 16*mi {
-		t.Errorf("volume after the record was repaired: %+v, %v", vol, err)
-	}
-}
 
 // TestFailedExpansionGivesTheSpaceBack: whatever fails after the data file
 // grew (its sync, the record), ExpandVolume returns with the file at its
@@ -96,45 +46,6 @@ func TestFailedExpansionGivesTheSpaceBack(t *testing.T) {
 				t.Errorf("free space went from %d to %d after a failed expansion", before.FreeBytes, after.FreeBytes)
 			}
 		})
-	}
-}
-
-// TestStartNeverCutsBackBelowAnAttachedDevice: a data file larger than its
-// record whose loop device already has the larger size may hold a
-// filesystem grown into the extra space (the record was lost, the device
-// was refreshed), so start leaves it alone. A device still at the recorded
-// size proves nothing used the extra space, and the file is cut back.
-func TestStartNeverCutsBackBelowAnAttachedDevice(t *testing.T) {
-	ctx := context.Background()
-	f, p := newFile(t, "xfs", 512*mi, 0)
-	for _, key := range []string{"grown", "notyet"} {
-		if _, err := f.CreateVolume(ctx, CreateRequest{Key: key, Name: key, SizeBytes: 32 * mi}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.Attach(ctx, key); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = f.Detach(ctx, key) })
-		// The file grows behind the record's back, as an interrupted
-		// expansion leaves it.
-		testdisk.Run(t, "fallocate", "-l", "64MiB", f.volumeFile(key))
-	}
-	// Only "grown"'s device is refreshed to the file's size.
-	dev, err := f.Device(ctx, "grown")
-	if err != nil || dev == "" {
-		t.Fatalf("device of grown: %q, %v", dev, err)
-	}
-	testdisk.Run(t, "losetup", "--set-capacity", dev)
-
-	restarted := NewFile(p, 0, nil)
-	if err := restarted.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := os.Stat(f.volumeFile("grown")); st.Size() != 64*mi {
-		t.Errorf("start cut back a file under a device of 64Mi to %d bytes", st.Size())
-	}
-	if st, _ := os.Stat(f.volumeFile("notyet")); st.Size() != 32*mi {
-		t.Errorf("start left a file grown past its record and its device at %d bytes, want %d", st.Size(), 32*mi)
 	}
 }
 
@@ -207,30 +118,6 @@ func TestFailedExpansionNeverCutsBelowAnAttachedDevice(t *testing.T) {
 	got := readAt(t, f.volumeFile("v"), 48*mi, len(marker))
 	if !bytes.Equal(got, marker) {
 		t.Errorf("data written through the device at 48Mi is gone after a failed expansion")
-	}
-}
-
-// A ready volume whose record no longer decodes (media corruption, a bad
-// edit; never a crash: records are fsynced before their rename) keeps its
-// data file; Start fails, so the disk is unavailable with the reason.
-func TestStartKeepsVolumesWhoseRecordDoesNotDecode(t *testing.T) {
-	ctx := context.Background()
-	f, p := newFile(t, "xfs", 512*mi, 0)
-	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "data", Name: "data", SizeBytes: 16 * mi}); err != nil {
-		t.Fatal(err)
-	}
-	record := filepath.Join(p, stateDirName, volumesDirName, "data"+metaSuffix)
-	b, _ := os.ReadFile(record)
-	b[len(b)/2] = 0 // one corrupted byte
-	if err := os.WriteFile(record, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	restarted := NewFile(p, 0, nil)
-	if err := restarted.Start(ctx); err == nil || !strings.Contains(err.Error(), record) {
-		t.Errorf("start with a record that does not decode: %v, want an error naming %s", err, record)
-	}
-	if _, err := os.Stat(f.volumeFile("data")); err != nil {
-		t.Errorf("a ready volume's data file is gone after its record lost one byte: %v", err)
 	}
 }
 

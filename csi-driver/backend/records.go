@@ -1,0 +1,201 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/diskfit/diskfit/csi-driver/fault"
+)
+
+// The file backend's records. A disk's filesystem holds
+// <path>/diskfit/volumes/<key>.json (the record) and <key>.img (the data),
+// the same under snapshots/. A record is written before its data file
+// exists, a deletion removes it before the data, and it is only ever
+// replaced atomically (writeJSONAtomic). Whatever a crash interrupts
+// therefore leaves a record that is not ready, a data file without a
+// record, or a data file larger than its record, and Start puts each
+// right (recovery.go).
+
+const (
+	stateDirName    = "diskfit"
+	volumesDirName  = "volumes"
+	snapshotDirName = "snapshots"
+	metaSuffix      = ".json"
+	dataSuffix      = ".img"
+	tmpInfix        = ".tmp-"
+)
+
+// readRecord reads the record of key and returns ErrNotFound unless it is
+// ready and names that key: the key in a record is used to build paths, so
+// a record that names another one (copied or tampered with) is not trusted.
+func readRecord(path, key string, recordKey *string, v any, state *State) error {
+	err := readJSON(path, v)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if *recordKey != key {
+		return fmt.Errorf("%w: record %s names key %q", ErrNotFound, path, *recordKey)
+	}
+	if *state != StateReady {
+		return fmt.Errorf("%w: record %s is %s", ErrNotFound, path, *state)
+	}
+	return nil
+}
+
+func readJSON(path string, v any) error {
+	// Records are small; a symlink in their place is not followed.
+	file, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("reading record: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(file, maxRecordBytes))
+	file.Close()
+	if err != nil {
+		return fmt.Errorf("reading record: %w", err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decoding record %s: %w", path, err)
+	}
+	return nil
+}
+
+// maxRecordBytes bounds what is read of a record; a real one is a few
+// hundred bytes.
+const maxRecordBytes = 64 << 10
+
+// checkDataFile refuses a data file that is not a regular file: a symlink
+// or device planted in the state directory must never be attached, grown,
+// cloned or reported as a volume. A missing one is not refused here; the
+// volume's health reports it.
+func checkDataFile(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("data file: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%w: data file %s is not a regular file (%s)", ErrNotFound, path, st.Mode().Type())
+	}
+	return nil
+}
+
+func listKeys(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", dir, err)
+	}
+	var keys []string
+	for _, e := range entries {
+		if key, ok := strings.CutSuffix(e.Name(), metaSuffix); ok && !strings.Contains(e.Name(), tmpInfix) {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// writeJSONAtomic replaces path with v's JSON: write a temporary file, fsync
+// it and rename it over path, so readers (and a restarted driver) see the
+// old record or the new one, never a torn one. With durable set the
+// directory is synced too, so the new record survives a crash. tempWritten
+// is the crash-test step between the synced temporary file and the rename.
+func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fault.Step) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding record: %w", err)
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+tmpInfix)
+	if err != nil {
+		return fmt.Errorf("writing record: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing record: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("syncing record: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing record: %w", err)
+	}
+	if err := f.faults.Reach(tempWritten); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("renaming record: %w", err)
+	}
+	if !durable {
+		return nil
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("opening directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// removeRecordFirst deletes a volume or snapshot: the record goes first
+// (synced), then the data. A crash in between leaves a data file without a
+// record, which Start removes; it never leaves a record claiming data that
+// is gone.
+func (f *File) removeRecordFirst(dir, key string, recordRemoved, dataRemoved fault.Step) error {
+	defer f.cow.invalidate() // what the removed file shared is no longer shared
+	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
+		return err
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	f.faults.Reach(recordRemoved)
+	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
+		return err
+	}
+	f.faults.Reach(dataRemoved)
+	return nil
+}
+
+// removePair removes a data file and then its record, so that a record
+// always exists while data does; used to undo a creation.
+func (f *File) removePair(_ context.Context, dir, key string) error {
+	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
+		return err
+	}
+	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", path, err)
+	}
+	return nil
+}
