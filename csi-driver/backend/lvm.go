@@ -1,80 +1,27 @@
 package backend
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/lvm"
 )
 
-// Runner runs a command and returns its standard output. It is the seam
-// between the LVM backend's logic and the lvm2 tools.
-type Runner interface {
-	Run(ctx context.Context, name string, args ...string) (string, error)
-}
-
-// ExecRunner runs commands with os/exec.
-type ExecRunner struct{}
-
-// Run implements Runner; the error carries the command's standard error.
-func (ExecRunner) Run(ctx context.Context, name string, args ...string) (string, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	// The driver's own descriptors (sockets, loop files) are no concern
-	// of lvm's; without this every call warns about them.
-	cmd.Env = append(os.Environ(), "LVM_SUPPRESS_FD_WARNINGS=1")
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
-}
-
-// DeviceMapperControl is the device the kernel's device-mapper is reached
-// through; without it no logical volume can be activated.
-const DeviceMapperControl = "/dev/mapper/control"
-
-// LV tags record everything the backend needs to rebuild its view, so the
-// volume group itself is the database.
-const (
-	tagPrefix   = "diskfit."
-	tagName     = tagPrefix + "name="
-	tagPVC      = tagPrefix + "pvc="
-	tagState    = tagPrefix + "state="
-	tagSource   = tagPrefix + "source="
-	tagSnapshot = tagPrefix + "snapshot"
-	// tagContent holds a volume's Content; an LV without it was made
-	// before the tag existed (ContentUnknown).
-	tagContent = tagPrefix + "content="
-	// tagNeverReferenced and tagUnreferencedSince (Unix seconds) hold Refs.
-	tagNeverReferenced   = tagPrefix + "never-referenced"
-	tagUnreferencedSince = tagPrefix + "unreferenced-since="
-	volumePrefix         = "v-"
-	snapPrefix           = "s-"
-	// extent is LVM's default extent size; sizes are rounded up to it so
-	// that the size recorded equals the size allocated.
-	extent = 4 << 20
-)
-
-// LVM keeps each volume as a logical volume of one volume group.
+// LVM keeps each volume as a logical volume of one volume group. It runs
+// the lvm2 tools through package lvm; what it records in the group (LV
+// names and tags) is in lvm_tags.go.
 type LVM struct {
 	vg              string
 	device          string
 	allowInitialize bool
 	reserved        atomic.Int64
-	run             Runner
+	run             lvm.Runner
 	dmControl       string
 	// dmErr is set at Start when device-mapper is missing; the disk then
 	// stays unhealthy instead of failing every request in a confusing way.
@@ -86,8 +33,8 @@ var _ Backend = &LVM{}
 
 // NewLVM returns a backend for volume group vg. When allowInitialize is set
 // and the group does not exist, Start creates it on device.
-func NewLVM(vg, device string, allowInitialize bool, reserved int64, run Runner) *LVM {
-	l := &LVM{vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: DeviceMapperControl}
+func NewLVM(vg, device string, allowInitialize bool, reserved int64, run lvm.Runner) *LVM {
+	l := &LVM{vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: lvm.DeviceMapperControl}
 	l.reserved.Store(reserved)
 	return l
 }
@@ -98,19 +45,9 @@ func (l *LVM) SetReserved(bytes int64) { l.reserved.Store(bytes) }
 // Kind implements Backend.
 func (l *LVM) Kind() v1alpha1.Backend { return v1alpha1.BackendLVM }
 
-// CheckDeviceMapper returns an error saying why device-mapper is unusable
-// at control, or nil.
-func CheckDeviceMapper(control string) error {
-	f, err := os.OpenFile(control, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("device-mapper is not available (%w): this kernel cannot activate logical volumes, so the lvm backend cannot serve volumes on this node", err)
-	}
-	return f.Close()
-}
-
 // Start implements Backend.
 func (l *LVM) Start(ctx context.Context) error {
-	if l.dmErr = CheckDeviceMapper(l.dmControl); l.dmErr != nil {
+	if l.dmErr = lvm.CheckDeviceMapper(l.dmControl); l.dmErr != nil {
 		// Not fatal: the other disks of the node still work, and the
 		// DiskNode tells the scheduler why this one does not.
 		return nil
@@ -163,166 +100,40 @@ func (l *LVM) Usage(ctx context.Context) (Usage, error) {
 	return u, nil
 }
 
-type vgsReport struct {
-	Report []struct {
-		VG []struct {
-			Name string `json:"vg_name"`
-			Size string `json:"vg_size"`
-			Free string `json:"vg_free"`
-		} `json:"vg"`
-	} `json:"report"`
-}
-
 func (l *LVM) vgUsage(ctx context.Context) (Usage, error) {
-	out, err := l.run.Run(ctx, "vgs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "vg_name,vg_size,vg_free", l.vg)
+	vg, ok, err := lvm.ReadVG(ctx, l.run, l.vg)
 	if err != nil {
 		return Usage{}, err
 	}
-	return parseVGs(out, l.vg)
-}
-
-func parseVGs(out, vg string) (Usage, error) {
-	var r vgsReport
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		return Usage{}, fmt.Errorf("parsing vgs output: %w", err)
+	if !ok {
+		return Usage{}, fmt.Errorf("volume group %s: %w", l.vg, ErrNotFound)
 	}
-	for _, rep := range r.Report {
-		for _, g := range rep.VG {
-			if g.Name != vg {
-				continue
-			}
-			size, err := strconv.ParseInt(g.Size, 10, 64)
-			if err != nil {
-				return Usage{}, fmt.Errorf("parsing vg_size %q: %w", g.Size, err)
-			}
-			free, err := strconv.ParseInt(g.Free, 10, 64)
-			if err != nil {
-				return Usage{}, fmt.Errorf("parsing vg_free %q: %w", g.Free, err)
-			}
-			return Usage{CapacityBytes: size, FreeBytes: free}, nil
-		}
-	}
-	return Usage{}, fmt.Errorf("volume group %s: %w", vg, ErrNotFound)
+	return Usage{CapacityBytes: vg.SizeBytes, FreeBytes: vg.FreeBytes}, nil
 }
 
-// lv is one logical volume as lvs reports it, tags decoded.
-type lv struct {
-	name      string
-	size      int64
-	csiName   string
-	pvc       string
-	source    string
-	state     State
-	snapshot  bool
-	createdAt time.Time
-	content   Content
-	refs      Refs
-}
-
-type lvsReport struct {
-	Report []struct {
-		LV []struct {
-			Name string `json:"lv_name"`
-			Size string `json:"lv_size"`
-			Tags string `json:"lv_tags"`
-			Time string `json:"lv_time"`
-		} `json:"lv"`
-	} `json:"report"`
-}
-
+// lvs lists diskfit's LVs of the group, sorted by name.
 func (l *LVM) lvs(ctx context.Context) ([]lv, error) {
-	out, err := l.run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time", l.vg)
+	raws, err := lvm.ListLVs(ctx, l.run, l.vg)
 	if err != nil {
 		return nil, err
 	}
-	return parseLVs(out)
+	return decodeLVs(raws)
 }
 
-// parseLVs decodes lvs' JSON report and keeps only diskfit's LVs (those
-// with a name tag), so other LVs sharing the group are left alone.
-func parseLVs(out string) ([]lv, error) {
-	var r lvsReport
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		return nil, fmt.Errorf("parsing lvs output: %w", err)
-	}
-	var lvs []lv
-	for _, rep := range r.Report {
-		for _, raw := range rep.LV {
-			size, err := strconv.ParseInt(raw.Size, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("parsing lv_size %q of %s: %w", raw.Size, raw.Name, err)
-			}
-			v := lv{name: raw.Name, size: size}
-			// lv_time looks like "2026-11-29 23:40:01 +0000".
-			v.createdAt, _ = time.Parse("2006-01-02 15:04:05 -0700", raw.Time)
-			ours := false
-			for _, tag := range strings.Split(raw.Tags, ",") {
-				switch {
-				case strings.HasPrefix(tag, tagName):
-					name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(tag, tagName))
-					if err != nil {
-						return nil, fmt.Errorf("decoding name tag of %s: %w", raw.Name, err)
-					}
-					v.csiName, ours = string(name), true
-				case strings.HasPrefix(tag, tagPVC):
-					v.pvc = strings.TrimPrefix(tag, tagPVC)
-				case strings.HasPrefix(tag, tagState):
-					v.state = State(strings.TrimPrefix(tag, tagState))
-				case strings.HasPrefix(tag, tagSource):
-					v.source = strings.TrimPrefix(tag, tagSource)
-				case tag == tagSnapshot:
-					v.snapshot = true
-				case strings.HasPrefix(tag, tagContent):
-					v.content = Content(strings.TrimPrefix(tag, tagContent))
-				case tag == tagNeverReferenced:
-					v.refs.NeverReferenced = true
-				case strings.HasPrefix(tag, tagUnreferencedSince):
-					if sec, err := strconv.ParseInt(strings.TrimPrefix(tag, tagUnreferencedSince), 10, 64); err == nil {
-						v.refs.UnreferencedSince = time.Unix(sec, 0).UTC()
-					}
-				}
-			}
-			if ours {
-				lvs = append(lvs, v)
-			}
-		}
-	}
-	sort.Slice(lvs, func(i, j int) bool { return lvs[i].name < lvs[j].name })
-	return lvs, nil
-}
+// extent is LVM's default extent size; sizes are rounded up to it so
+// that the size recorded equals the size allocated.
+const extent = 4 << 20
 
 // roundExtent rounds size up to whole extents.
 func roundExtent(size int64) int64 {
 	return (size + extent - 1) / extent * extent
 }
 
-// createArgs builds the lvcreate command line for a volume or snapshot. A
-// snapshot is a thick LVM snapshot of its source with room for the whole
-// source to change. content is the volume's Content, "" for a snapshot.
-func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool, content Content) []string {
-	args := []string{"--yes", "--name", lvName, "--size", strconv.FormatInt(roundExtent(size), 10) + "b",
-		"--addtag", tagName + base64.RawURLEncoding.EncodeToString([]byte(csiName)),
-		"--addtag", tagState + string(StateCreating), "--addtag", tagNeverReferenced}
-	if content != ContentUnknown {
-		args = append(args, "--addtag", tagContent+string(content))
-	}
-	if pvc != "" {
-		args = append(args, "--addtag", tagPVC+pvc)
-	}
-	if source != "" {
-		args = append(args, "--addtag", tagSource+source)
-	}
-	if snapshot {
-		return append(args, "--addtag", tagSnapshot, "--snapshot", l.vg+"/"+volumePrefix+source)
-	}
-	return append(args, l.vg)
-}
-
-func (l *LVM) lvPath(name string) string { return "/dev/" + l.vg + "/" + name }
+func (l *LVM) lvPath(name string) string { return lvm.DevicePath(l.vg, name) }
 
 // noSpace turns lvm's "insufficient free space" into ErrNoSpace.
 func noSpace(err error) error {
-	if err != nil && strings.Contains(err.Error(), "nsufficient free space") {
+	if lvm.InsufficientSpace(err) {
 		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	}
 	return err
@@ -423,12 +234,6 @@ func (l *LVM) removeLV(ctx context.Context, name string) error {
 		}
 	}
 	return nil
-}
-
-func (l *LVM) volume(v *lv, key string) *Volume {
-	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Content: v.content, Refs: v.refs}
-	vol.PVCNamespace, vol.PVCName, _ = strings.Cut(v.pvc, "/")
-	return vol
 }
 
 // DeleteVolume implements Backend. A volume with snapshots is refused:
@@ -579,10 +384,6 @@ func (l *LVM) GetSnapshot(ctx context.Context, key string) (*Snapshot, error) {
 		return nil, err
 	}
 	return snapshot(v, key), nil
-}
-
-func snapshot(v *lv, key string) *Snapshot {
-	return &Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Refs: v.refs}
 }
 
 // SetVolumeRefs implements Backend: the Refs tags are replaced.

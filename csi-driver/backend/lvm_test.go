@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
+	"github.com/diskfit/diskfit/csi-driver/lvm"
 )
 
-// fakeLVM is a Runner that keeps a volume group in memory and answers
+// fakeLVM is an lvm.Runner that keeps a volume group in memory and answers
 // vgs, lvs, lvcreate, lvchange, lvextend and lvremove like lvm2 does, so
 // the backend's command building and parsing run against realistic output.
 type fakeLVM struct {
@@ -242,6 +243,9 @@ func TestLVMMissingVolumeGroup(t *testing.T) {
 	}
 }
 
+// TestParseLVMReports reads lvs and vgs reports as the backend does:
+// diskfit's LVs with their tags decoded, other LVs left out, and a report
+// without the group as ErrNotFound.
 func TestParseLVMReports(t *testing.T) {
 	tests := []struct {
 		name, out string
@@ -256,25 +260,32 @@ func TestParseLVMReports(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lvs, err := parseLVs(tt.out)
+			lvs, err := NewLVM("vg0", "", false, 0, reportRunner(tt.out)).lvs(context.Background())
 			if (err != nil) != tt.wantErr || len(lvs) != tt.wantLVs {
-				t.Errorf("parseLVs = %v, %v", lvs, err)
+				t.Errorf("lvs = %v, %v", lvs, err)
 			}
 		})
 	}
-	if _, err := parseVGs(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`, "vg0"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("parseVGs of another group: %v", err)
+	other := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`))
+	if _, err := other.Usage(context.Background()); !errors.Is(err, ErrNotFound) {
+		t.Errorf("usage from a report of another group: %v", err)
 	}
-	if u, err := parseVGs(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`, "vg0"); err != nil || u.CapacityBytes != 100 || u.FreeBytes != 40 {
-		t.Errorf("parseVGs = %+v, %v", u, err)
+	l := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`))
+	if u, err := l.Usage(context.Background()); err != nil || u.CapacityBytes != 100 || u.FreeBytes != 40 {
+		t.Errorf("usage = %+v, %v", u, err)
 	}
 }
+
+// reportRunner answers every command with out.
+type reportRunner string
+
+func (r reportRunner) Run(context.Context, string, ...string) (string, error) { return string(r), nil }
 
 // TestLVMReal runs the backend against real lvm2 on a loop device. It
 // needs device-mapper, which the kind e2e machines have and this project's
 // test machines do not; there it is skipped with that reason.
 func TestLVMReal(t *testing.T) {
-	if err := CheckDeviceMapper(DeviceMapperControl); err != nil {
+	if err := lvm.CheckDeviceMapper(lvm.DeviceMapperControl); err != nil {
 		t.Skipf("no device-mapper here (%v): real LVM runs where it exists, e.g. the kind e2e", err)
 	}
 	testdisk.Require(t)
@@ -293,7 +304,7 @@ func TestLVMReal(t *testing.T) {
 		_, _ = testdisk.Output("pvremove", "--yes", dev)
 		_, _ = testdisk.Output("losetup", "--detach", dev)
 	})
-	l := NewLVM(vg, dev, true, 0, ExecRunner{})
+	l := NewLVM(vg, dev, true, 0, lvm.ExecRunner{})
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/diskfit/diskfit/csi-driver/backend"
 	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/fault"
+	"github.com/diskfit/diskfit/csi-driver/lvm"
 )
 
 // Version is the driver version reported by GetPluginInfo.
@@ -86,9 +87,9 @@ type Config struct {
 	// Faults stops the driver at a step of an operation, for crash tests
 	// (see package fault); nil otherwise.
 	Faults *fault.Injector
-	// LVMRunner runs lvm2 commands; nil means ExecRunner.
-	LVMRunner backend.Runner
-	// DeviceMapperControl overrides backend.DeviceMapperControl in tests.
+	// LVMRunner runs lvm2 commands; nil means lvm.ExecRunner.
+	LVMRunner lvm.Runner
+	// DeviceMapperControl overrides lvm.DeviceMapperControl in tests.
 	DeviceMapperControl string
 	// Source gives the node config as it is now; nil means the config
 	// never changes while the driver runs. See reload.go.
@@ -323,7 +324,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, fmt.Errorf("kubelet directory: %w", err)
 	}
 	if cfg.LVMRunner == nil {
-		cfg.LVMRunner = backend.ExecRunner{}
+		cfg.LVMRunner = lvm.ExecRunner{}
 	}
 	ex := utilexec.New()
 	d := &Driver{

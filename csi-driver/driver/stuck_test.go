@@ -18,6 +18,7 @@ import (
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 	"github.com/diskfit/diskfit/csi-driver/config"
+	"github.com/diskfit/diskfit/csi-driver/lvm"
 )
 
 // hangingBackend is a disk's real backend whose Usage and ListVolumes hang
@@ -211,7 +212,7 @@ func waitNotObserving(t *testing.T, dk *disk) {
 
 // lvmHangRunner answers vgs and lvs for an empty volume group vg0; while
 // hang is set, vgs is a real command that hangs (sleep) run by
-// backend.ExecRunner, as lvm hangs reading a dying device.
+// lvm.ExecRunner, as lvm hangs reading a dying device.
 type lvmHangRunner struct {
 	hang     atomic.Bool
 	vgsCalls atomic.Int32
@@ -222,7 +223,7 @@ func (r *lvmHangRunner) Run(ctx context.Context, name string, args ...string) (s
 	case "vgs":
 		r.vgsCalls.Add(1)
 		if r.hang.Load() {
-			return backend.ExecRunner{}.Run(ctx, "sleep", "60")
+			return lvm.ExecRunner{}.Run(ctx, "sleep", "60")
 		}
 		return `{"report":[{"vg":[{"vg_name":"vg0","vg_size":"1073741824","vg_free":"536870912"}]}]}`, nil
 	case "lvs":

@@ -1,0 +1,125 @@
+package backend
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/diskfit/diskfit/csi-driver/lvm"
+)
+
+// LV tags record everything the backend needs to rebuild its view, so the
+// volume group itself is the database.
+const (
+	tagPrefix   = "diskfit."
+	tagName     = tagPrefix + "name="
+	tagPVC      = tagPrefix + "pvc="
+	tagState    = tagPrefix + "state="
+	tagSource   = tagPrefix + "source="
+	tagSnapshot = tagPrefix + "snapshot"
+	// tagContent holds a volume's Content; an LV without it was made
+	// before the tag existed (ContentUnknown).
+	tagContent = tagPrefix + "content="
+	// tagNeverReferenced and tagUnreferencedSince (Unix seconds) hold Refs.
+	tagNeverReferenced   = tagPrefix + "never-referenced"
+	tagUnreferencedSince = tagPrefix + "unreferenced-since="
+	volumePrefix         = "v-"
+	snapPrefix           = "s-"
+)
+
+// lv is one logical volume as lvs reports it, tags decoded.
+type lv struct {
+	name      string
+	size      int64
+	csiName   string
+	pvc       string
+	source    string
+	state     State
+	snapshot  bool
+	createdAt time.Time
+	content   Content
+	refs      Refs
+}
+
+// decodeLVs keeps diskfit's LVs of an lvs report (those with a name tag),
+// tags decoded, so other LVs sharing the group are left alone.
+func decodeLVs(raws []lvm.LV) ([]lv, error) {
+	var lvs []lv
+	for _, raw := range raws {
+		v, ours, err := decodeLV(raw)
+		if err != nil {
+			return nil, err
+		}
+		if ours {
+			lvs = append(lvs, v)
+		}
+	}
+	return lvs, nil
+}
+
+// decodeLV reads the tags of one LV; ok is false when it has no name tag.
+func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
+	v := lv{name: raw.Name, size: raw.SizeBytes, createdAt: raw.Time}
+	for _, tag := range raw.Tags {
+		switch {
+		case strings.HasPrefix(tag, tagName):
+			name, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(tag, tagName))
+			if err != nil {
+				return lv{}, false, fmt.Errorf("decoding name tag of %s: %w", raw.Name, err)
+			}
+			v.csiName, ok = string(name), true
+		case strings.HasPrefix(tag, tagPVC):
+			v.pvc = strings.TrimPrefix(tag, tagPVC)
+		case strings.HasPrefix(tag, tagState):
+			v.state = State(strings.TrimPrefix(tag, tagState))
+		case strings.HasPrefix(tag, tagSource):
+			v.source = strings.TrimPrefix(tag, tagSource)
+		case tag == tagSnapshot:
+			v.snapshot = true
+		case strings.HasPrefix(tag, tagContent):
+			v.content = Content(strings.TrimPrefix(tag, tagContent))
+		case tag == tagNeverReferenced:
+			v.refs.NeverReferenced = true
+		case strings.HasPrefix(tag, tagUnreferencedSince):
+			if sec, err := strconv.ParseInt(strings.TrimPrefix(tag, tagUnreferencedSince), 10, 64); err == nil {
+				v.refs.UnreferencedSince = time.Unix(sec, 0).UTC()
+			}
+		}
+	}
+	return v, ok, nil
+}
+
+// createArgs builds the lvcreate command line for a volume or snapshot. A
+// snapshot is a thick LVM snapshot of its source with room for the whole
+// source to change. content is the volume's Content, "" for a snapshot.
+func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool, content Content) []string {
+	args := []string{"--yes", "--name", lvName, "--size", strconv.FormatInt(roundExtent(size), 10) + "b",
+		"--addtag", tagName + base64.RawURLEncoding.EncodeToString([]byte(csiName)),
+		"--addtag", tagState + string(StateCreating), "--addtag", tagNeverReferenced}
+	if content != ContentUnknown {
+		args = append(args, "--addtag", tagContent+string(content))
+	}
+	if pvc != "" {
+		args = append(args, "--addtag", tagPVC+pvc)
+	}
+	if source != "" {
+		args = append(args, "--addtag", tagSource+source)
+	}
+	if snapshot {
+		return append(args, "--addtag", tagSnapshot, "--snapshot", l.vg+"/"+volumePrefix+source)
+	}
+	return append(args, l.vg)
+}
+
+// volume and snapshot describe a decoded LV as the Backend interface does.
+func (l *LVM) volume(v *lv, key string) *Volume {
+	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Content: v.content, Refs: v.refs}
+	vol.PVCNamespace, vol.PVCName, _ = strings.Cut(v.pvc, "/")
+	return vol
+}
+
+func snapshot(v *lv, key string) *Snapshot {
+	return &Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Refs: v.refs}
+}

@@ -1,0 +1,173 @@
+// Package lvm runs the lvm2 tools and reads their reports. It knows the
+// commands and what they print, and nothing of what the LVM backend
+// (csi-driver/backend) keeps in a volume group: the backend builds its own
+// command lines and reads its own tags on top of this.
+package lvm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Runner runs a command and returns its standard output. It is the seam
+// between the LVM backend's logic and the lvm2 tools.
+type Runner interface {
+	Run(ctx context.Context, name string, args ...string) (string, error)
+}
+
+// ExecRunner runs commands with os/exec.
+type ExecRunner struct{}
+
+// Run implements Runner; the error carries the command's standard error.
+func (ExecRunner) Run(ctx context.Context, name string, args ...string) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	// The driver's own descriptors (sockets, loop files) are no concern
+	// of lvm's; without this every call warns about them.
+	cmd.Env = append(os.Environ(), "LVM_SUPPRESS_FD_WARNINGS=1")
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// DeviceMapperControl is the device the kernel's device-mapper is reached
+// through; without it no logical volume can be activated.
+const DeviceMapperControl = "/dev/mapper/control"
+
+// CheckDeviceMapper returns an error saying why device-mapper is unusable
+// at control, or nil.
+func CheckDeviceMapper(control string) error {
+	f, err := os.OpenFile(control, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("device-mapper is not available (%w): this kernel cannot activate logical volumes, so the lvm backend cannot serve volumes on this node", err)
+	}
+	return f.Close()
+}
+
+// DevicePath is the block device of logical volume lv of volume group vg
+// once it is active.
+func DevicePath(vg, lv string) string { return "/dev/" + vg + "/" + lv }
+
+// InsufficientSpace reports whether err is lvcreate's or lvextend's
+// "insufficient free space".
+func InsufficientSpace(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "nsufficient free space")
+}
+
+// VG is a volume group's size and free space, in bytes.
+type VG struct {
+	SizeBytes int64
+	FreeBytes int64
+}
+
+type vgsReport struct {
+	Report []struct {
+		VG []struct {
+			Name string `json:"vg_name"`
+			Size string `json:"vg_size"`
+			Free string `json:"vg_free"`
+		} `json:"vg"`
+	} `json:"report"`
+}
+
+// ReadVG runs vgs for the volume group vg. The bool is false when vgs
+// answers without reporting it.
+func ReadVG(ctx context.Context, run Runner, vg string) (VG, bool, error) {
+	out, err := run.Run(ctx, "vgs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "vg_name,vg_size,vg_free", vg)
+	if err != nil {
+		return VG{}, false, err
+	}
+	return ParseVGs(out, vg)
+}
+
+// ParseVGs reads the volume group vg from vgs' JSON report. The bool is
+// false when the report does not list it.
+func ParseVGs(out, vg string) (VG, bool, error) {
+	var r vgsReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return VG{}, false, fmt.Errorf("parsing vgs output: %w", err)
+	}
+	for _, rep := range r.Report {
+		for _, g := range rep.VG {
+			if g.Name != vg {
+				continue
+			}
+			size, err := strconv.ParseInt(g.Size, 10, 64)
+			if err != nil {
+				return VG{}, false, fmt.Errorf("parsing vg_size %q: %w", g.Size, err)
+			}
+			free, err := strconv.ParseInt(g.Free, 10, 64)
+			if err != nil {
+				return VG{}, false, fmt.Errorf("parsing vg_free %q: %w", g.Free, err)
+			}
+			return VG{SizeBytes: size, FreeBytes: free}, true, nil
+		}
+	}
+	return VG{}, false, nil
+}
+
+// LV is one logical volume as lvs reports it.
+type LV struct {
+	Name      string
+	SizeBytes int64
+	Tags      []string
+	// Time is when the LV was created; zero when lvs gave none it reads.
+	Time time.Time
+}
+
+type lvsReport struct {
+	Report []struct {
+		LV []struct {
+			Name string `json:"lv_name"`
+			Size string `json:"lv_size"`
+			Tags string `json:"lv_tags"`
+			Time string `json:"lv_time"`
+		} `json:"lv"`
+	} `json:"report"`
+}
+
+// ListLVs runs lvs for the volume group vg.
+func ListLVs(ctx context.Context, run Runner, vg string) ([]LV, error) {
+	out, err := run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time", vg)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLVs(out)
+}
+
+// ParseLVs decodes lvs' JSON report, sorted by name.
+func ParseLVs(out string) ([]LV, error) {
+	var r lvsReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return nil, fmt.Errorf("parsing lvs output: %w", err)
+	}
+	var lvs []LV
+	for _, rep := range r.Report {
+		for _, raw := range rep.LV {
+			size, err := strconv.ParseInt(raw.Size, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("parsing lv_size %q of %s: %w", raw.Size, raw.Name, err)
+			}
+			v := LV{Name: raw.Name, SizeBytes: size}
+			if raw.Tags != "" {
+				v.Tags = strings.Split(raw.Tags, ",")
+			}
+			// lv_time looks like "2026-11-29 23:40:01 +0000".
+			v.Time, _ = time.Parse("2006-01-02 15:04:05 -0700", raw.Time)
+			lvs = append(lvs, v)
+		}
+	}
+	sort.Slice(lvs, func(i, j int) bool { return lvs[i].Name < lvs[j].Name })
+	return lvs, nil
+}
