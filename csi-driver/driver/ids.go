@@ -57,3 +57,46 @@ func checkName(kind, name string) error {
 	}
 	return nil
 }
+
+// volumeOf resolves a volume ID to its disk and key; the disk must be
+// available.
+func (d *Driver) volumeOf(id string) (*disk, string, error) {
+	diskName, key, err := parseID("volume", id)
+	if err != nil {
+		return nil, "", err
+	}
+	dk, err := d.availableDisk(diskName, "volume", id)
+	return dk, key, err
+}
+
+// diskOf resolves a volume ID to its configured disk and key, whether or
+// not the disk is available: unpublish and unstage work from the mount
+// table, so that pods can stop while a disk is down.
+func (d *Driver) diskOf(id string) (*disk, string, error) {
+	diskName, key, err := parseID("volume", id)
+	if err != nil {
+		return nil, "", err
+	}
+	dk := d.disk(diskName)
+	if dk == nil {
+		return nil, "", status.Errorf(codes.NotFound, "volume %q does not exist: no disk %s", id, diskName)
+	}
+	return dk, key, nil
+}
+
+// availableDisk returns the named disk for a volume or snapshot ID on it:
+// NotFound when no such disk is configured (no such ID can exist), and
+// Unavailable when it is configured but its backend has not started. A
+// disk that is down is never reported as "volume gone": DeleteVolume and
+// DeleteSnapshot would then succeed, the PV or content would be deleted
+// and the data left on the disk with nothing tracking it.
+func (d *Driver) availableDisk(diskName, kind, id string) (*disk, error) {
+	dk := d.disk(diskName)
+	if dk == nil {
+		return nil, status.Errorf(codes.NotFound, "%s %q does not exist: no disk %s", kind, id, diskName)
+	}
+	if err := dk.unavailable(); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%s %q: disk %s on node %s is not available: %v", kind, id, diskName, d.cfg.NodeID, err)
+	}
+	return dk, nil
+}

@@ -64,7 +64,7 @@ func (c *cluster) capacity(n int) (total, largest int64) {
 }
 
 // bestFitDisk is the driver's own choice for a volume without a disk
-// annotation (csi-driver/driver/controller.go placeVolume): the disk with
+// annotation (csi-driver/driver/placement.go placeVolume): the disk with
 // the least free space that still holds the volume, the first on ties;
 // -1 is ResourceExhausted.
 func (c *cluster) bestFitDisk(n int, size int64) int {

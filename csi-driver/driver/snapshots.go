@@ -1,0 +1,120 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/klog/v2"
+
+	"github.com/diskfit/diskfit/csi-driver/backend"
+)
+
+// CreateSnapshot implements csi.ControllerServer. A snapshot lives on its
+// source volume's disk as a reflink copy.
+func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	if err := checkName("snapshot", req.GetName()); err != nil {
+		return nil, err
+	}
+	if req.GetSourceVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "source volume ID is missing")
+	}
+	dk, srcKey, err := d.volumeOf(req.GetSourceVolumeId())
+	if err != nil {
+		return nil, err
+	}
+	key := backend.KeyForName(req.GetName())
+	defer d.locks.lock("snapshot/" + key)()
+	for _, other := range d.disks() {
+		if other.health(ctx) != nil {
+			continue
+		}
+		snap, err := other.backend.GetSnapshot(ctx, key)
+		if errors.Is(err, backend.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if other != dk || snap.SourceVolume != srcKey || snap.Name != req.GetName() {
+			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for another source volume", req.GetName())
+		}
+		return &csi.CreateSnapshotResponse{Snapshot: d.csiSnapshot(dk, snap)}, nil
+	}
+	if _, err := dk.backend.GetVolume(ctx, srcKey); err != nil {
+		return nil, toStatus(fmt.Errorf("source volume %s: %w", req.GetSourceVolumeId(), err))
+	}
+	if !dk.backend.SupportsSnapshots() {
+		return nil, status.Errorf(codes.FailedPrecondition, "disk %s cannot take snapshots (no reflink)", dk.name)
+	}
+	release, err := dk.hold()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	snap, err := dk.backend.CreateSnapshot(ctx, key, req.GetName(), srcKey)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("creating snapshot %q: %w", req.GetName(), err))
+	}
+	klog.FromContext(ctx).Info("Created snapshot", "snapshot", makeID(dk.name, key), "source", req.GetSourceVolumeId())
+	d.triggerStatus()
+	return &csi.CreateSnapshotResponse{Snapshot: d.csiSnapshot(dk, snap)}, nil
+}
+
+// csiSnapshot describes a snapshot for CSI. Snapshots live on their
+// volume's disk; a volume restored from one is made on that disk and its
+// own accessible topology pins it to this node.
+func (d *Driver) csiSnapshot(dk *disk, s *backend.Snapshot) *csi.Snapshot {
+	return &csi.Snapshot{
+		SnapshotId:     makeID(dk.name, s.Key),
+		SourceVolumeId: makeID(dk.name, s.SourceVolume),
+		SizeBytes:      s.SizeBytes,
+		CreationTime:   timestamppb.New(s.CreatedAt),
+		ReadyToUse:     true,
+	}
+}
+
+// GetSnapshot implements csi.ControllerServer.
+func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	diskName, key, err := parseID("snapshot", req.GetSnapshotId())
+	if err != nil {
+		return nil, err
+	}
+	dk, err := d.availableDisk(diskName, "snapshot", req.GetSnapshotId())
+	if err != nil {
+		return nil, err
+	}
+	snap, err := dk.backend.GetSnapshot(ctx, key)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("snapshot %q: %w", req.GetSnapshotId(), err))
+	}
+	return &csi.GetSnapshotResponse{Snapshot: d.csiSnapshot(dk, snap)}, nil
+}
+
+// DeleteSnapshot implements csi.ControllerServer; a missing snapshot is fine.
+func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	diskName, key, err := parseID("snapshot", req.GetSnapshotId())
+	if status.Code(err) == codes.NotFound {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	dk, err := d.availableDisk(diskName, "snapshot", req.GetSnapshotId())
+	if status.Code(err) == codes.NotFound {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.locks.lock("snapshot/" + key)()
+	if err := dk.backend.DeleteSnapshot(ctx, key); err != nil {
+		return nil, toStatus(fmt.Errorf("deleting snapshot %s: %w", req.GetSnapshotId(), err))
+	}
+	d.triggerStatus()
+	return &csi.DeleteSnapshotResponse{}, nil
+}
