@@ -244,7 +244,9 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	f.faults.Reach(fault.CreateVolumeIntentRecorded)
 	err := f.space.allocate(ctx, f.Usage, req.SizeBytes, func() error {
 		defer f.cow.invalidate() // a copy shares its source's extents
-		return makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes)
+		size, err := makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes)
+		vol.SizeBytes = max(vol.SizeBytes, size)
+		return err
 	})
 	if err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
@@ -279,32 +281,41 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 // volume hold data, and allocating the rest (the parts of the volume never
 // written, which a reflink copy leaves as holes) would cost a snapshot of
 // a fresh volume the volume's whole size.
-func makeDataFile(path, source string, size int64) error {
+//
+// It returns the file's size, which a copy takes from its source and may
+// be larger than the size the source's record gave a moment before (an
+// expansion of the source ran meanwhile): the copy's record must say that
+// size, or Start would cut the copy back to the record (see cutBack).
+func makeDataFile(path, source string, size int64) (int64, error) {
 	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("creating data file: %w", err)
+		return 0, fmt.Errorf("creating data file: %w", err)
 	}
 	defer out.Close()
 	if source != "" {
 		in, err := os.OpenFile(source, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 		if err != nil {
-			return fmt.Errorf("opening source: %w", err)
+			return 0, fmt.Errorf("opening source: %w", err)
 		}
 		err = unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
 		in.Close()
 		if err != nil {
-			return fmt.Errorf("reflink copy of %s: %w", source, err)
+			return 0, fmt.Errorf("reflink copy of %s: %w", source, err)
 		}
 	}
 	if size > 0 {
 		if err := allocate(out, size); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := out.Sync(); err != nil {
-		return fmt.Errorf("syncing data file: %w", err)
+		return 0, fmt.Errorf("syncing data file: %w", err)
 	}
-	return nil
+	st, err := out.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("data file: %w", err)
+	}
+	return st.Size(), nil
 }
 
 // allocate grows f to size with the blocks really reserved, so a volume can
@@ -602,7 +613,9 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	if err == nil {
 		err = f.space.allocate(ctx, f.Usage, written, func() error {
 			defer f.cow.invalidate()
-			return makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), 0)
+			size, err := makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), 0)
+			snap.SizeBytes = max(snap.SizeBytes, size)
+			return err
 		})
 	}
 	if err == nil {
