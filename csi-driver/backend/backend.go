@@ -33,6 +33,8 @@ var (
 	ErrUnsupported = errors.New("not supported by this disk")
 	// ErrUnhealthy: the disk is not usable right now.
 	ErrUnhealthy = errors.New("disk is unhealthy")
+	// ErrExists: a create found the volume or snapshot complete already.
+	ErrExists = errors.New("already exists")
 )
 
 // State is where a volume or snapshot is in its life. Intent is recorded

@@ -3,6 +3,7 @@ package backend
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -62,5 +63,55 @@ func TestCopiesOfAVolumeBeingExpandedKeepTheirData(t *testing.T) {
 		if st.Size() < grown || !bytes.Equal(readAt(t, path, grown-int64(len(marker)), len(marker)), marker) {
 			t.Errorf("after a restart the %s has %d bytes and lost what its source held at its end", what, st.Size())
 		}
+	}
+}
+
+// TestCreateNeverReplacesWhatIsReady: CreateVolume and CreateSnapshot
+// replace what an earlier, failed attempt at the same key left, but never a
+// volume or snapshot that is complete. The driver reaches them for a key
+// that exists only when its lookup could not check this disk a moment
+// earlier (a health check that timed out), and a retried CreateSnapshot
+// would otherwise silently swap a snapshot already taken for a new one.
+func TestCreateNeverReplacesWhatIsReady(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newFile(t, "xfs", 1024*mi, 0)
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	before, after := bytes.Repeat([]byte("before!!"), 512), bytes.Repeat([]byte("after!!!"), 512)
+	writeAt(t, f.volumeFile("v"), 0, before)
+	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, f.volumeFile("v"), 0, after)
+
+	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); !errors.Is(err, ErrExists) {
+		t.Errorf("CreateSnapshot of a snapshot that exists: %v, want ErrExists", err)
+	}
+	if got := readAt(t, f.snapshotFile("s"), 0, len(before)); !bytes.Equal(got, before) {
+		t.Errorf("the snapshot was replaced: it holds %.16q, took %.16q", got, before)
+	}
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); !errors.Is(err, ErrExists) {
+		t.Errorf("CreateVolume of a volume that exists: %v, want ErrExists", err)
+	}
+	if got := readAt(t, f.volumeFile("v"), 0, len(after)); !bytes.Equal(got, after) {
+		t.Errorf("the volume was replaced: it holds %.16q, was written %.16q", got, after)
+	}
+
+	l := newLVM(t, newFakeLVM(1<<30), true)
+	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 8 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CreateSnapshot(ctx, "s", "s", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CreateSnapshot(ctx, "s", "s", "v"); !errors.Is(err, ErrExists) {
+		t.Errorf("LVM: CreateSnapshot of a snapshot that exists: %v, want ErrExists", err)
+	}
+	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 8 * mi}); !errors.Is(err, ErrExists) {
+		t.Errorf("LVM: CreateVolume of a volume that exists: %v, want ErrExists", err)
+	}
+	if _, err := l.GetSnapshot(ctx, "s"); err != nil {
+		t.Errorf("LVM: the snapshot is gone: %v", err)
 	}
 }

@@ -226,12 +226,8 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		Content: ContentNone,
 	}
 	meta := filepath.Join(f.volumes, req.Key+metaSuffix)
-	// A leftover from an earlier failed attempt is replaced, not reused:
-	// its data file may be half-made.
-	if _, err := os.Lstat(meta); err == nil {
-		if err := f.removePair(ctx, f.volumes, req.Key); err != nil {
-			return nil, err
-		}
+	if err := f.clearLeftover(ctx, f.volumes, req.Key); err != nil {
+		return nil, err
 	}
 	// The intent record is written (temporary file, fsync, rename) before
 	// the data file exists. Its directory entry is not synced: if a crash
@@ -600,7 +596,7 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	snap := &Snapshot{Key: key, Name: name, SourceVolume: sourceKey, SizeBytes: src.SizeBytes, State: StateCreating, CreatedAt: time.Now().UTC(),
 		Refs: Refs{NeverReferenced: true}}
 	meta := filepath.Join(f.snapshots, key+metaSuffix)
-	if err := f.removePair(ctx, f.snapshots, key); err != nil {
+	if err := f.clearLeftover(ctx, f.snapshots, key); err != nil {
 		return nil, err
 	}
 	if err := f.writeJSONAtomic(meta, snap, false, fault.CreateSnapshotIntentTempWritten); err != nil {

@@ -152,6 +152,17 @@ func (l *LVM) find(ctx context.Context, lvName string) (*lv, error) {
 	return nil, ErrNotFound
 }
 
+// clearLeftover removes a half-made LV an earlier attempt left, never a
+// complete one (ErrExists).
+func (l *LVM) clearLeftover(ctx context.Context, lvName string) error {
+	if _, err := l.find(ctx, lvName); err == nil {
+		return fmt.Errorf("%s: %w", lvName, ErrExists)
+	} else if !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return l.removeLV(ctx, lvName)
+}
+
 // CreateVolume implements Backend: the LV is created tagged "creating" and
 // re-tagged "ready" once complete, so Start can undo a half-made one.
 func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, error) {
@@ -175,8 +186,7 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 			return nil, fmt.Errorf("content source %s: %w", copyFrom, err)
 		}
 	}
-	// Remove a half-made leftover of an earlier attempt first.
-	if err := l.removeLV(ctx, name); err != nil {
+	if err := l.clearLeftover(ctx, name); err != nil {
 		return nil, err
 	}
 	// A copy carries its source's filesystem and is never formatted. (An
@@ -352,7 +362,7 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 		return nil, fmt.Errorf("source volume: %w", err)
 	}
 	lvName := snapPrefix + key
-	if err := l.removeLV(ctx, lvName); err != nil {
+	if err := l.clearLeftover(ctx, lvName); err != nil {
 		return nil, err
 	}
 	// A thick snapshot takes its whole size from the volume group.

@@ -183,6 +183,25 @@ func (f *File) removeRecordFirst(dir, key string, recordRemoved, dataRemoved fau
 
 // removePair removes a data file and then its record, so that a record
 // always exists while data does; used to undo a creation.
+// clearLeftover makes way for creating key in dir: it removes what an
+// earlier, failed attempt left (a leftover is replaced, not reused: its data
+// file may be half-made), but never a volume or snapshot that is complete
+// (ErrExists), nor one whose record cannot be read.
+func (f *File) clearLeftover(ctx context.Context, dir, key string) error {
+	var rec struct {
+		State State `json:"state"`
+	}
+	record := filepath.Join(dir, key+metaSuffix)
+	switch err := readJSON(record, &rec); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("cannot tell whether %s is complete: %w", record, err)
+	case rec.State == StateReady:
+		return fmt.Errorf("%s: %w", key, ErrExists)
+	}
+	return f.removePair(ctx, dir, key)
+}
+
 func (f *File) removePair(_ context.Context, dir, key string) error {
 	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
 		return err

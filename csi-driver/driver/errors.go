@@ -31,6 +31,10 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, backend.ErrUnhealthy):
 		code = codes.Unavailable
+	case errors.Is(err, backend.ErrExists):
+		// Only reached when the lookup could not check the disk a moment
+		// before; retried, the lookup finds it and answers properly.
+		code = codes.Aborted
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
