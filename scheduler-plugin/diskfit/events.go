@@ -18,10 +18,13 @@ import (
 )
 
 // EventsToRegister returns VolumeBinding's events, narrowed where they
-// cannot help a pod DiskFit rejected, plus those that can free disk space: a DiskNode reporting more room (or becoming fresh again), a
-// diskfit PV or annotated PVC deleted, and a PVC losing its selected-node
-// (a reschedule releases its disk). StorageClass and Node additions are
-// already among VolumeBinding's events.
+// cannot help a pod DiskFit rejected, plus those that can free disk space
+// (a DiskNode reporting more room or becoming fresh again, a diskfit PV or
+// annotated PVC deleted, a PVC losing its selected-node: a reschedule
+// releases its disk) and those that can locate the snapshot a claim
+// restores (a VolumeSnapshot or VolumeSnapshotContent created or
+// changed). StorageClass and Node additions are already among
+// VolumeBinding's events.
 //
 // VolumeBinding queues every pod it rejected on any PV added or updated,
 // and on new CSIStorageCapacity. Neither can make room on a disk: a diskfit
@@ -56,7 +59,41 @@ func (pl *DiskFit) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWith
 		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: DiskNodeResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterDiskNodeChange},
 		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.PersistentVolume, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPVDelete},
 		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.PersistentVolumeClaim, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPVCDelete},
+		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: volumeSnapshotEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterSnapshotChange},
+		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: volumeSnapshotContentEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterSnapshotContentChange},
 	), nil
+}
+
+// isSchedulableAfterSnapshotChange queues a pod that restores the
+// VolumeSnapshot: one created or changed (bound to its content) may now be
+// located (source.go).
+func (pl *DiskFit) isSchedulableAfterSnapshotChange(logger klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
+	snap, ok := newObj.(*unstructured.Unstructured)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected VolumeSnapshot object %T", newObj)
+	}
+	if !pl.copies(pod, snapshotGroup, "VolumeSnapshot", snap.GetNamespace(), snap.GetName()) {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("VolumeSnapshot the pod restores changed, which may make the pod schedulable", "pod", klog.KObj(pod), "volumeSnapshot", klog.KObj(snap))
+	return fwk.Queue, nil
+}
+
+// isSchedulableAfterSnapshotContentChange queues a pod that restores the
+// VolumeSnapshot the content belongs to: its handle and node label are
+// where the restore goes.
+func (pl *DiskFit) isSchedulableAfterSnapshotContentChange(logger klog.Logger, pod *v1.Pod, _, newObj interface{}) (fwk.QueueingHint, error) {
+	content, ok := newObj.(*unstructured.Unstructured)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("unexpected VolumeSnapshotContent object %T", newObj)
+	}
+	namespace, _, _ := unstructured.NestedString(content.Object, "spec", "volumeSnapshotRef", "namespace")
+	name, _, _ := unstructured.NestedString(content.Object, "spec", "volumeSnapshotRef", "name")
+	if !pl.copies(pod, snapshotGroup, "VolumeSnapshot", namespace, name) {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("VolumeSnapshotContent of the snapshot the pod restores changed, which may make the pod schedulable", "pod", klog.KObj(pod), "volumeSnapshotContent", klog.KObj(content))
+	return fwk.Queue, nil
 }
 
 // toDiskNode accepts typed DiskNodes and the unstructured objects the

@@ -143,6 +143,8 @@ type testEnv struct {
 	pl        *DiskFit
 	activator *recordingActivator
 	events    *recordingRecorder
+	// snapshots is the VolumeSnapshot client; tests add reactors to it.
+	snapshots *dynamicfake.FakeDynamicClient
 }
 
 // recordedEvent is one event as the plugin handed it to the recorder.
@@ -235,11 +237,12 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	if args != nil {
 		obj = args
 	}
+	snapshots := dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), snapshotObjs...)
 	pl, err := NewWithOptions(ctx, obj, fh, Options{
 		Features:       fts,
 		DiskNodeClient: dfClient,
 		Now:            func() time.Time { return testNow },
-		SnapshotClient: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme(), snapshotObjs...),
+		SnapshotClient: snapshots,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +253,7 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	if !cache.WaitForCacheSync(ctx.Done(), pl.handlersSynced...) {
 		t.Fatal("event handlers did not sync")
 	}
-	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl, activator: activator, events: recorder}
+	return &testEnv{ctx: ctx, client: client, dfClient: dfClient, handle: fh, pl: pl, activator: activator, events: recorder, snapshots: snapshots}
 }
 
 // nodeInfos builds scheduler NodeInfos for the named nodes.

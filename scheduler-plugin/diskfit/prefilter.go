@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -87,7 +88,7 @@ func (pl *DiskFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod
 	}
 	s, err := pl.podClaims(ctx, pod)
 	if err != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+		return nil, claimsStatus(err)
 	}
 	if len(s.claims) == 0 {
 		s = pl.noClaims
@@ -105,6 +106,38 @@ func (pl *DiskFit) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod
 	cs.Write(stateKey, s)
 	pl.last.Store(&lastCycle{cs: cs, s: s})
 	return res, nil
+}
+
+// unresolvableError is why the pod's claims cannot be placed as the
+// cluster is: a missing object, a source without a location yet. Only a
+// change of the cluster lifts it, and the events that can are registered
+// (events.go). Every other error of PreFilter is a failed read (a lister,
+// an API call that timed out) and says nothing about the pod.
+type unresolvableError struct{ error }
+
+func (e *unresolvableError) Unwrap() error { return e.error }
+
+// unresolvable marks err as a verdict on the pod.
+func unresolvable(err error) error { return &unresolvableError{err} }
+
+// unresolvableIfNotFound marks a read that found nothing as a verdict; the
+// read's other failures stay transient.
+func unresolvableIfNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return unresolvable(err)
+	}
+	return err
+}
+
+// claimsStatus is PreFilter's answer to an error of podClaims: a verdict
+// rejects the pod until an event may change it; any other error is an
+// Error, which the scheduler retries after backoff.
+func claimsStatus(err error) *fwk.Status {
+	var verdict *unresolvableError
+	if errors.As(err, &verdict) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	return fwk.AsStatus(err)
 }
 
 // PreFilterExtensions returns nil: adding or removing pods does not change
@@ -142,6 +175,26 @@ func claimName(pod *v1.Pod, vol *v1.Volume) (string, bool) {
 	}
 }
 
+// podPVCs yields the PVCs of the pod's volumes from the informer cache, or
+// why one cannot be read (a missing PVC is a verdict).
+func (pl *DiskFit) podPVCs(pod *v1.Pod) iter.Seq2[*v1.PersistentVolumeClaim, error] {
+	return func(yield func(*v1.PersistentVolumeClaim, error) bool) {
+		for i := range pod.Spec.Volumes {
+			name, ok := claimName(pod, &pod.Spec.Volumes[i])
+			if !ok {
+				continue
+			}
+			pvc, err := pl.getPVC(pod.Namespace, name)
+			if err != nil {
+				err = fmt.Errorf("reading PVC %s/%s: %w", pod.Namespace, name, unresolvableIfNotFound(err))
+			}
+			if !yield(pvc, err) {
+				return
+			}
+		}
+	}
+}
+
 // errNotDiskFit marks a PVC that DiskFit leaves to VolumeBinding alone.
 var errNotDiskFit = errors.New("not a diskfit claim")
 
@@ -153,16 +206,11 @@ var errNotDiskFit = errors.New("not a diskfit claim")
 // source's disk, and the pod to the source's node.
 func (pl *DiskFit) podClaims(ctx context.Context, pod *v1.Pod) (*stateData, error) {
 	s := &stateData{}
-	for i := range pod.Spec.Volumes {
-		name, ok := claimName(pod, &pod.Spec.Volumes[i])
-		if !ok {
-			continue
-		}
-		pvc, err := pl.getPVC(pod.Namespace, name)
+	for pvc, err := range pl.podPVCs(pod) {
 		if err != nil {
 			// VolumeBinding's PreFilter has already rejected missing PVCs;
 			// one deleted since then ends this cycle the same way.
-			return nil, fmt.Errorf("reading PVC %s/%s: %w", pod.Namespace, name, err)
+			return nil, err
 		}
 		c, err := pl.claimFor(pvc)
 		if errors.Is(err, errNotDiskFit) {
@@ -178,7 +226,7 @@ func (pl *DiskFit) podClaims(ctx context.Context, pod *v1.Pod) (*stateData, erro
 		}
 		if copies {
 			if s.node != "" && s.node != loc.Node {
-				return nil, fmt.Errorf("the pod's claims copy data held on different nodes (%s and %s)", s.node, loc.Node)
+				return nil, unresolvable(fmt.Errorf("the pod's claims copy data held on different nodes (%s and %s)", s.node, loc.Node))
 			}
 			c.Disk, s.node = loc.Disk, loc.Node
 		}
@@ -223,12 +271,7 @@ func (pl *DiskFit) claimFor(pvc *v1.PersistentVolumeClaim) (packing.Claim, error
 // hasDiskFitClaims reports whether the pod references any PVC DiskFit
 // would place, without failing on missing objects.
 func (pl *DiskFit) hasDiskFitClaims(pod *v1.Pod) bool {
-	for i := range pod.Spec.Volumes {
-		name, ok := claimName(pod, &pod.Spec.Volumes[i])
-		if !ok {
-			continue
-		}
-		pvc, err := pl.getPVC(pod.Namespace, name)
+	for pvc, err := range pl.podPVCs(pod) {
 		if err != nil {
 			// Unknown yet: assume it may become ours.
 			return true

@@ -2,6 +2,7 @@ package diskfit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	fwk "k8s.io/kube-scheduler/framework"
 )
 
 // A claim that restores a VolumeSnapshot or clones another PVC is a reflink
@@ -29,6 +31,13 @@ const snapshotManagedByLabel = "snapshot.storage.kubernetes.io/managed-by"
 var (
 	volumeSnapshots       = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshots"}
 	volumeSnapshotContent = schema.GroupVersionResource{Group: snapshotGroup, Version: "v1", Resource: "volumesnapshotcontents"}
+)
+
+// The same resources as the scheduler's event resources
+// (<plural>.<version>.<group>), watched through its dynamic informers.
+const (
+	volumeSnapshotEvents        fwk.EventResource = "volumesnapshots.v1." + snapshotGroup
+	volumeSnapshotContentEvents fwk.EventResource = "volumesnapshotcontents.v1." + snapshotGroup
 )
 
 // sourceTimeout bounds the reads of a snapshot and its content. Only pods
@@ -72,22 +81,39 @@ func dataSource(pvc *v1.PersistentVolumeClaim) (group, kind, name string) {
 	return "", "", ""
 }
 
+// copies reports whether one of the pod's claims copies the object
+// group/kind namespace/name.
+func (pl *DiskFit) copies(pod *v1.Pod, group, kind, namespace, name string) bool {
+	if pod.Namespace != namespace {
+		return false
+	}
+	for pvc, err := range pl.podPVCs(pod) {
+		if err != nil {
+			continue
+		}
+		if g, k, n := dataSource(pvc); g == group && k == kind && n == name {
+			return true
+		}
+	}
+	return false
+}
+
 // claimLocation is where the bound diskfit PVC namespace/name lives.
 func (pl *DiskFit) claimLocation(namespace, name string) (diskfit.Location, error) {
 	src, err := pl.getPVC(namespace, name)
 	if err != nil {
-		return diskfit.Location{}, err
+		return diskfit.Location{}, unresolvableIfNotFound(err)
 	}
 	if src.Spec.VolumeName == "" {
-		return diskfit.Location{}, fmt.Errorf("the source is not bound yet")
+		return diskfit.Location{}, unresolvable(errors.New("the source is not bound yet"))
 	}
 	pv, err := pl.pvLister.Get(src.Spec.VolumeName)
 	if err != nil {
-		return diskfit.Location{}, err
+		return diskfit.Location{}, unresolvableIfNotFound(err)
 	}
 	loc, ok := diskfit.PVLocation(pv)
 	if !ok {
-		return diskfit.Location{}, fmt.Errorf("the source's volume %s is not a diskfit volume", pv.Name)
+		return diskfit.Location{}, unresolvable(fmt.Errorf("the source's volume %s is not a diskfit volume", pv.Name))
 	}
 	return loc, nil
 }
@@ -97,30 +123,30 @@ func (pl *DiskFit) claimLocation(namespace, name string) (diskfit.Location, erro
 // node snapshot-controller labelled its content with.
 func (pl *DiskFit) snapshotLocation(ctx context.Context, namespace, name string) (diskfit.Location, error) {
 	if pl.snapshots == nil {
-		return diskfit.Location{}, fmt.Errorf("the scheduler has no client for VolumeSnapshots")
+		return diskfit.Location{}, unresolvable(errors.New("the scheduler has no client for VolumeSnapshots"))
 	}
 	ctx, cancel := context.WithTimeout(ctx, sourceTimeout)
 	defer cancel()
 	snap, err := pl.snapshots.Resource(volumeSnapshots).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return diskfit.Location{}, err
+		return diskfit.Location{}, unresolvableIfNotFound(err)
 	}
 	contentName, _, _ := unstructured.NestedString(snap.Object, "status", "boundVolumeSnapshotContentName")
 	if contentName == "" {
-		return diskfit.Location{}, fmt.Errorf("the snapshot has no content yet")
+		return diskfit.Location{}, unresolvable(errors.New("the snapshot has no content yet"))
 	}
 	content, err := pl.snapshots.Resource(volumeSnapshotContent).Get(ctx, contentName, metav1.GetOptions{})
 	if err != nil {
-		return diskfit.Location{}, err
+		return diskfit.Location{}, unresolvableIfNotFound(err)
 	}
 	handle, _, _ := unstructured.NestedString(content.Object, "status", "snapshotHandle")
 	disk, _, found := strings.Cut(handle, ":")
 	if !found || diskfit.ValidateDiskName(disk) != nil {
-		return diskfit.Location{}, fmt.Errorf("VolumeSnapshotContent %s has no diskfit snapshot handle yet (%q)", contentName, handle)
+		return diskfit.Location{}, unresolvable(fmt.Errorf("VolumeSnapshotContent %s has no diskfit snapshot handle yet (%q)", contentName, handle))
 	}
 	node := content.GetLabels()[snapshotManagedByLabel]
 	if node == "" {
-		return diskfit.Location{}, fmt.Errorf("VolumeSnapshotContent %s has no %s label: snapshot-controller must run with --enable-distributed-snapshotting", contentName, snapshotManagedByLabel)
+		return diskfit.Location{}, unresolvable(fmt.Errorf("VolumeSnapshotContent %s has no %s label: snapshot-controller must run with --enable-distributed-snapshotting", contentName, snapshotManagedByLabel))
 	}
 	return diskfit.Location{Node: node, Disk: disk}, nil
 }

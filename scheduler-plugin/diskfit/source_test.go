@@ -1,15 +1,19 @@
 package diskfit
 
 import (
+	"context"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/utils/ptr"
@@ -152,5 +156,96 @@ func TestUnresolvableSources(t *testing.T) {
 	} {
 		_, status := env.pl.PreFilter(env.ctx, framework.NewCycleState(), makePod("p", tc.claims...), nil)
 		checkStatus(t, "PreFilter "+tc.claims[0], status, wantStatus{fwk.UnschedulableAndUnresolvable, tc.want})
+	}
+}
+
+// TestTransientSourceErrorsAreRetried checks that a VolumeSnapshot read
+// that fails for a passing reason (a timeout, an API server that is
+// briefly unavailable) is an error, which the scheduler retries after
+// backoff, and not a verdict that parks the pod until the queue's periodic
+// flush. A snapshot that does not exist stays a verdict.
+func TestTransientSourceErrorsAreRetried(t *testing.T) {
+	objs := append(snapshot("snap", "n1", "d0"), restoring("restore", "snap", gi), restoring("from-missing", "missing", gi))
+	env := newTestEnv(t, nil, objs, diskNode("n1", freeDisk("d0", 10*gi)))
+	for _, tc := range []struct {
+		resource string
+		err      error
+	}{
+		{"volumesnapshots", apierrors.NewTimeoutError("request timed out", 1)},
+		{"volumesnapshots", context.DeadlineExceeded},
+		{"volumesnapshotcontents", apierrors.NewServiceUnavailable("etcd leader changed")},
+		{"volumesnapshotcontents", apierrors.NewTooManyRequests("slow down", 1)},
+	} {
+		env.snapshots.PrependReactor("get", tc.resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, tc.err
+		})
+		_, status := env.pl.PreFilter(env.ctx, framework.NewCycleState(), makePod("p", "restore"), nil)
+		if status.Code() != fwk.Error {
+			t.Errorf("%s: %v: PreFilter status %v, want an Error to retry after backoff", tc.resource, tc.err, status)
+		}
+		env.snapshots.ReactionChain = env.snapshots.ReactionChain[1:]
+	}
+	_, status := env.pl.PreFilter(env.ctx, framework.NewCycleState(), makePod("p", "restore"), nil)
+	checkStatus(t, "PreFilter after the API recovered", status, wantStatus{fwk.Success, ""})
+	_, status = env.pl.PreFilter(env.ctx, framework.NewCycleState(), makePod("p", "from-missing"), nil)
+	checkStatus(t, "PreFilter of a missing snapshot", status, wantStatus{fwk.UnschedulableAndUnresolvable, `"missing" not found`})
+}
+
+// TestSnapshotEventsRequeueRestores checks that a pod whose restore waits
+// for its snapshot (not created yet, no content yet, content without its
+// handle or node label) is queued again when that snapshot or its content
+// is created or changes, and only then, instead of after the queue's
+// periodic flush.
+func TestSnapshotEventsRequeueRestores(t *testing.T) {
+	env := newTestEnv(t, nil, []runtime.Object{
+		restoring("restore", "snap", gi), restoring("restore-other", "other", gi),
+		makePVC("plain", diskfitClass, gi).PersistentVolumeClaim,
+	})
+	events, err := env.pl.EventsToRegister(env.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hint := func(res fwk.EventResource, action fwk.ActionType) fwk.QueueingHintFn {
+		t.Helper()
+		for _, e := range events {
+			if e.Event.Resource == res && e.Event.ActionType&action == action {
+				return e.QueueingHintFn
+			}
+		}
+		t.Fatalf("no %v event for %s registered", action, res)
+		return nil
+	}
+	snap := snapshot("snap", "n1", "d0")[0].(*unstructured.Unstructured)
+	content := snapshot("snap", "n1", "d0")[1].(*unstructured.Unstructured)
+	if err := unstructured.SetNestedStringMap(content.Object, map[string]string{"namespace": "ns", "name": "snap"}, "spec", "volumeSnapshotRef"); err != nil {
+		t.Fatal(err)
+	}
+	otherNS := snap.DeepCopy()
+	otherNS.SetNamespace("elsewhere")
+	logger, _ := ktesting.NewTestContext(t)
+	for _, tc := range []struct {
+		name     string
+		resource fwk.EventResource
+		obj      *unstructured.Unstructured
+		pod      *v1.Pod
+		want     fwk.QueueingHint
+	}{
+		{"its snapshot", "volumesnapshots.v1.snapshot.storage.k8s.io", snap, makePod("p", "restore"), fwk.Queue},
+		{"its snapshot's content", "volumesnapshotcontents.v1.snapshot.storage.k8s.io", content, makePod("p", "restore"), fwk.Queue},
+		{"another snapshot", "volumesnapshots.v1.snapshot.storage.k8s.io", snap, makePod("p", "restore-other"), fwk.QueueSkip},
+		{"another snapshot's content", "volumesnapshotcontents.v1.snapshot.storage.k8s.io", content, makePod("p", "restore-other"), fwk.QueueSkip},
+		{"a snapshot of that name in another namespace", "volumesnapshots.v1.snapshot.storage.k8s.io", otherNS, makePod("p", "restore"), fwk.QueueSkip},
+		{"a pod restoring nothing", "volumesnapshots.v1.snapshot.storage.k8s.io", snap, makePod("p", "plain"), fwk.QueueSkip},
+	} {
+		for _, action := range []fwk.ActionType{fwk.Add, fwk.Update} {
+			var oldObj interface{}
+			if action == fwk.Update {
+				oldObj = tc.obj
+			}
+			got, err := hint(tc.resource, action)(logger, tc.pod, oldObj, tc.obj)
+			if err != nil || got != tc.want {
+				t.Errorf("%s, %v: hint %v, %v; want %v", tc.name, action, got, err, tc.want)
+			}
+		}
 	}
 }
