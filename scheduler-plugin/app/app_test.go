@@ -12,10 +12,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -86,7 +88,9 @@ func TestConfigFile(t *testing.T) {
 	fw, err := frameworkruntime.NewFramework(ctx, registry, prof,
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(informerFactory),
-		frameworkruntime.WithSnapshotSharedLister(internalcache.NewEmptySnapshot()))
+		frameworkruntime.WithSnapshotSharedLister(internalcache.NewEmptySnapshot()),
+		// No scheduling queue here: nothing to activate.
+		frameworkruntime.WithPodActivator(noQueue{}))
 	if err != nil {
 		t.Fatalf("building the profile's framework: %v", err)
 	}
@@ -182,3 +186,8 @@ func TestConfigArgsZeros(t *testing.T) {
 		})
 	}
 }
+
+// noQueue is the pod activator of a framework without a scheduling queue.
+type noQueue struct{}
+
+func (noQueue) Activate(klog.Logger, map[string]*v1.Pod) {}

@@ -33,10 +33,10 @@ import (
 // lost the race for space are not retried every time a winner's volume is
 // provisioned; events about other drivers' objects queue as before.
 //
-// The hints also hand the event's object to the ledger before the pod is
-// queued: the scheduler's informers and DiskFit's own run independently,
-// and a pod retried before the ledger saw the change would fail again and
-// then wait for an event that has already passed.
+// The hints only decide. The ledger is fed by the plugin's own handlers
+// (feed.go), which the scheduler's run independently of: a pod a hint
+// retries before the ledger saw the change fails again, waits, and is
+// activated by the feed once it has the change.
 func (pl *DiskFit) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWithHint, error) {
 	events, err := pl.vb.EventsToRegister(ctx)
 	if err != nil {
@@ -150,14 +150,12 @@ func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.
 	if err != nil || newDN == nil {
 		return fwk.Queue, err
 	}
-	pl.ledger.SetDiskNode(newDN)
 	logger = klog.LoggerWithValues(logger, "pod", klog.KObj(pod), "diskNode", klog.KObj(newDN))
 	if oldDN == nil {
 		logger.V(5).Info("DiskNode created, which may make the pod schedulable")
 		return fwk.Queue, nil
 	}
-	now := pl.now()
-	if oldDN.Status.Stale(now, pl.maxAge) && !newDN.Status.Stale(now, pl.maxAge) {
+	if pl.freshAgain(oldDN, newDN) {
 		logger.V(5).Info("DiskNode is fresh again, which may make the pod schedulable")
 		return fwk.Queue, nil
 	}
@@ -167,6 +165,13 @@ func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.
 	}
 	logger.V(5).Info("DiskNode changed without freeing space")
 	return fwk.QueueSkip, nil
+}
+
+// freshAgain reports whether a DiskNode that was too old to place volumes
+// on is recent again.
+func (pl *DiskFit) freshAgain(oldDN, newDN *v1alpha1.DiskNode) bool {
+	now := pl.now()
+	return oldDN.Status.Stale(now, pl.maxAge) && !newDN.Status.Stale(now, pl.maxAge)
 }
 
 // moreRoom reports whether a disk of newDN that takes new volumes (healthy,
@@ -207,7 +212,6 @@ func (pl *DiskFit) isSchedulableAfterPVDelete(logger klog.Logger, pod *v1.Pod, o
 	if _, ours := diskfit.PVLocation(pv); !ours {
 		return fwk.QueueSkip, nil
 	}
-	pl.ledger.DeletePV(pv.Name)
 	logger.V(5).Info("diskfit PV deleted, which may make the pod schedulable", "pod", klog.KObj(pod), "pv", klog.KObj(pv))
 	return fwk.Queue, nil
 }
@@ -223,7 +227,6 @@ func (pl *DiskFit) isSchedulableAfterPVCDelete(logger klog.Logger, pod *v1.Pod, 
 	if _, placed := pl.ledger.CountedPVCLocation(pvc); !placed {
 		return fwk.QueueSkip, nil
 	}
-	pl.ledger.DeletePVC(pvc)
 	logger.V(5).Info("placed PVC deleted, which may make the pod schedulable", "pod", klog.KObj(pod), "pvc", klog.KObj(pvc))
 	return fwk.Queue, nil
 }
@@ -250,7 +253,6 @@ func (pl *DiskFit) pvcUpdateHint(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 		_, wasPlaced := pl.ledger.CountedPVCLocation(oldPVC)
 		_, isPlaced := diskfit.PVCLocation(newPVC)
 		if wasPlaced && !isPlaced && newPVC.Spec.VolumeName == "" {
-			pl.ledger.SetPVC(newPVC)
 			logger.V(5).Info("PVC released its disk, which may make the pod schedulable", "pod", klog.KObj(pod), "pvc", klog.KObj(newPVC))
 			return fwk.Queue, nil
 		}

@@ -120,22 +120,6 @@ func TestDiskNodeHint(t *testing.T) {
 	}
 }
 
-// TestDiskNodeHintFeedsLedger checks that a pod requeued by a DiskNode event
-// sees the new space even before the plugin's own informer delivers it.
-func TestDiskNodeHintFeedsLedger(t *testing.T) {
-	env := newTestEnv(t, nil, nil, diskNode("n1", diskSpec{name: "d0", capacity: 10 * gi, free: gi}))
-	env.pl.ledger.DeleteDiskNode("n1") // simulate a lagging informer
-	updated := diskNode("n1", diskSpec{name: "d0", capacity: 10 * gi, free: 5 * gi})
-	logger, _ := ktesting.NewTestContext(t)
-	if _, err := env.pl.isSchedulableAfterDiskNodeChange(logger, makePod("p"), nil, toUnstructured(t, updated)); err != nil {
-		t.Fatal(err)
-	}
-	disks, info := env.pl.ledger.Disks("n1", nil)
-	if !info.HasDiskNode || len(disks) != 1 || disks[0].Free != 5*gi {
-		t.Errorf("ledger after hint: %+v %+v", info, disks)
-	}
-}
-
 func TestVolumeHints(t *testing.T) {
 	env := newTestEnv(t, nil, []runtime.Object{makePVC("mine", diskfitClass, gi).PersistentVolumeClaim})
 	logger, _ := ktesting.NewTestContext(t)

@@ -28,8 +28,12 @@ func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	}
 	if len(s.claims) > 0 {
 		if status, noSpace := pl.filterDisks(ctx, s.claims, nodeInfo.Node().Name); status != nil {
-			if noSpace && s.waitingRecorded.CompareAndSwap(false, true) {
+			// Recorded once per cycle and reason (waiting.go).
+			if noSpace && s.waitingForSpace.CompareAndSwap(false, true) {
 				pl.waiting.add(pod)
+			}
+			if !noSpace && s.waitingForDiskNode.CompareAndSwap(false, true) {
+				pl.waitingForDiskNode.add(pod)
 			}
 			return status
 		}

@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -33,9 +31,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
 
 	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
-	"github.com/diskfit/diskfit/apis/client/informers/externalversions"
 	"github.com/diskfit/diskfit/apis/diskfit"
-	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config/validation"
@@ -68,10 +64,13 @@ type DiskFit struct {
 	// diskfit claims.
 	noClaims *stateData
 	last     atomic.Pointer[lastCycle]
-	// activator requeues pods waiting for space that Unreserve frees.
-	activator   fwk.PodActivator
-	waiting     waitingPods
-	conversions diskNodeConversions
+	// activator requeues waiting pods (waiting.go).
+	activator fwk.PodActivator
+	// waiting are pods rejected for lack of space, waitingForDiskNode
+	// those rejected for a missing or stale DiskNode.
+	waiting, waitingForDiskNode waitingPods
+	logger                      klog.Logger
+	conversions                 diskNodeConversions
 	// handlersSynced report whether the ledger's event handlers have seen
 	// their informers' initial lists.
 	handlersSynced []cache.InformerSynced
@@ -115,12 +114,12 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	return NewWithOptions(ctx, obj, h, Options{})
 }
 
-// NewWithOptions builds a DiskFit plugin with explicit dependencies. It
-// starts its own DiskNode informer and waits for it to sync; the PV and PVC
-// informers it uses come from the handle's shared factory, which the
-// scheduler starts after all plugins are built.
+// NewWithOptions builds a DiskFit plugin with explicit dependencies: it
+// decodes and validates the args, builds the embedded VolumeBinding and
+// the Binder it uses, and starts the ledger's feeds (feed.go). The
+// handle's pod activator must be a scheduling queue's, or one that does
+// nothing where there is no queue (frameworkruntime.WithPodActivator).
 func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Options) (*DiskFit, error) {
-	logger := klog.FromContext(ctx)
 	args, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
@@ -128,86 +127,91 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	if err := validation.ValidateDiskFitArgs(field.NewPath("args"), args); err != nil {
 		return nil, fmt.Errorf("invalid DiskFit args: %w", err)
 	}
-	fts := feature.Features{}
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	if o.Features != nil {
 		fts = *o.Features
-	} else {
-		fts = feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	}
-	vbArgs, err := volumeBindingArgs(args, fts)
+	vb, binder, err := newVolumeBinding(ctx, args, h, fts)
 	if err != nil {
 		return nil, err
 	}
-	vbPlugin, err := volumebinding.New(ctx, vbArgs, h, fts)
+	diskNodes, snapshots, err := clients(h, o)
 	if err != nil {
-		return nil, fmt.Errorf("building embedded VolumeBinding: %w", err)
+		return nil, err
 	}
-	vb, ok := vbPlugin.(*volumebinding.VolumeBinding)
-	if !ok {
-		return nil, fmt.Errorf("embedded VolumeBinding has unexpected type %T", vbPlugin)
-	}
-
+	pvcs := h.SharedInformerFactory().Core().V1().PersistentVolumeClaims()
 	pl := &DiskFit{
 		vb:         vb,
 		ledger:     ledger.New(),
-		pvcLister:  h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Lister(),
-		pvcIndexer: h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Informer().GetIndexer(),
+		pvcLister:  pvcs.Lister(),
+		pvcIndexer: pvcs.Informer().GetIndexer(),
 		pvLister:   h.SharedInformerFactory().Core().V1().PersistentVolumes().Lister(),
-		snapshots:  o.SnapshotClient,
-		noClaims:   &stateData{},
-		activator:  h,
 		scLister:   h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
+		snapshots:  snapshots,
 		opts:       PackingOptions(args),
+		weigh:      DeviceClassWeigher(args),
 		maxAge:     args.MaxDiskNodeAge.Duration,
 		now:        o.Now,
+		noClaims:   &stateData{},
+		activator:  h,
+		logger:     klog.FromContext(ctx),
 	}
 	if pl.now == nil {
 		pl.now = time.Now
-	}
-	if len(args.ScoringStrategy.DeviceClassWeights) > 0 {
-		weights := map[string]int64{}
-		for _, w := range args.ScoringStrategy.DeviceClassWeights {
-			weights[w.DeviceClass] = w.Weight
-		}
-		pl.weigh = func(class string) int64 {
-			if w, ok := weights[class]; ok {
-				return w
-			}
-			return configv1.DefaultDeviceClassWeight
-		}
-	}
-	binder, err := newVolumeBinder(ctx, h, fts, time.Duration(vbArgs.BindTimeoutSeconds)*time.Second)
-	if err != nil {
-		return nil, err
 	}
 	// The decorator must be in place before the first Reserve; plugins are
 	// built before scheduling starts.
 	vb.Binder = &diskBinder{SchedulerVolumeBinder: binder, ledger: pl.ledger, recorder: h.EventRecorder()}
 	registerMetrics()
-
-	if err := pl.watchVolumes(h); err != nil {
+	if err := pl.startFeeds(ctx, h, diskNodes); err != nil {
 		return nil, err
 	}
-	client := o.DiskNodeClient
-	if client == nil {
-		if h.KubeConfig() == nil {
-			return nil, errors.New("DiskFit needs a kubeconfig to watch DiskNodes")
-		}
-		client, err = versioned.NewForConfig(h.KubeConfig())
-		if err != nil {
-			return nil, fmt.Errorf("building DiskNode client: %w", err)
-		}
-	}
-	if pl.snapshots == nil && h.KubeConfig() != nil {
-		if pl.snapshots, err = dynamic.NewForConfig(h.KubeConfig()); err != nil {
-			return nil, fmt.Errorf("building VolumeSnapshot client: %w", err)
-		}
-	}
-	if err := pl.watchDiskNodes(ctx, client); err != nil {
-		return nil, err
-	}
-	logger.V(2).Info("DiskFit plugin ready", "strategy", pl.opts.Strategy, "maxDiskNodeAge", pl.maxAge, "maxExactClaims", args.MaxExactClaims)
+	pl.logger.V(2).Info("DiskFit plugin ready", "strategy", pl.opts.Strategy, "maxDiskNodeAge", pl.maxAge, "maxExactClaims", args.MaxExactClaims)
 	return pl, nil
+}
+
+// newVolumeBinding builds the embedded VolumeBinding, as the scheduler
+// would build the in-tree plugin, and the Binder it uses instead of its own
+// (newVolumeBinder).
+func newVolumeBinding(ctx context.Context, args *config.DiskFitArgs, h fwk.Handle, fts feature.Features) (*volumebinding.VolumeBinding, volumebinding.SchedulerVolumeBinder, error) {
+	vbArgs, err := volumeBindingArgs(args, fts)
+	if err != nil {
+		return nil, nil, err
+	}
+	vbPlugin, err := volumebinding.New(ctx, vbArgs, h, fts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("building embedded VolumeBinding: %w", err)
+	}
+	vb, ok := vbPlugin.(*volumebinding.VolumeBinding)
+	if !ok {
+		return nil, nil, fmt.Errorf("embedded VolumeBinding has unexpected type %T", vbPlugin)
+	}
+	binder, err := newVolumeBinder(ctx, h, fts, time.Duration(vbArgs.BindTimeoutSeconds)*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	return vb, binder, nil
+}
+
+// clients returns the DiskNode and VolumeSnapshot clients of o, or built
+// from the handle's KubeConfig.
+func clients(h fwk.Handle, o Options) (versioned.Interface, dynamic.Interface, error) {
+	diskNodes, snapshots := o.DiskNodeClient, o.SnapshotClient
+	var err error
+	if diskNodes == nil {
+		if h.KubeConfig() == nil {
+			return nil, nil, errors.New("DiskFit needs a kubeconfig to watch DiskNodes")
+		}
+		if diskNodes, err = versioned.NewForConfig(h.KubeConfig()); err != nil {
+			return nil, nil, fmt.Errorf("building DiskNode client: %w", err)
+		}
+	}
+	if snapshots == nil && h.KubeConfig() != nil {
+		if snapshots, err = dynamic.NewForConfig(h.KubeConfig()); err != nil {
+			return nil, nil, fmt.Errorf("building VolumeSnapshot client: %w", err)
+		}
+	}
+	return diskNodes, snapshots, nil
 }
 
 // newVolumeBinder builds the Binder that the embedded VolumeBinding uses in
@@ -282,6 +286,24 @@ func volumeBindingArgs(args *config.DiskFitArgs, fts feature.Features) (*schedco
 	return out, nil
 }
 
+// DeviceClassWeigher translates validated args into the device-class
+// weights of the score; nil when every class weighs the same.
+func DeviceClassWeigher(args *config.DiskFitArgs) packing.Weigher {
+	if len(args.ScoringStrategy.DeviceClassWeights) == 0 {
+		return nil
+	}
+	weights := map[string]int64{}
+	for _, w := range args.ScoringStrategy.DeviceClassWeights {
+		weights[w.DeviceClass] = w.Weight
+	}
+	return func(class string) int64 {
+		if w, ok := weights[class]; ok {
+			return w
+		}
+		return configv1.DefaultDeviceClassWeight
+	}
+}
+
 // PackingOptions translates validated args into the packing options the
 // plugin uses, for simulations that run the packing without a scheduler.
 func PackingOptions(args *config.DiskFitArgs) packing.Options {
@@ -296,135 +318,4 @@ func PackingOptions(args *config.DiskFitArgs) packing.Options {
 		opts.MaxExactClaims = -1
 	}
 	return opts
-}
-
-// watchVolumes feeds PVs, PVCs and StorageClasses from the scheduler's
-// shared informers into the ledger. The ledger needs the classes because an
-// annotated PVC counts only when its class is the diskfit driver's; a class
-// created, replaced or deleted later makes the claims naming it start or
-// stop counting (ledger.SetStorageClass), whichever informer delivers first.
-func (pl *DiskFit) watchVolumes(h fwk.Handle) error {
-	pvInformer := h.SharedInformerFactory().Core().V1().PersistentVolumes().Informer()
-	pvReg, err := pvInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { pl.onPV(obj) },
-		UpdateFunc: func(_, obj interface{}) { pl.onPV(obj) },
-		DeleteFunc: func(obj interface{}) {
-			if pv, ok := tombstone[*v1.PersistentVolume](obj); ok {
-				pl.ledger.DeletePV(pv.Name)
-				if _, ours := diskfit.PVLocation(pv); ours {
-					pl.spaceFreed(klog.Background(), "PV deleted")
-				}
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("watching PVs: %w", err)
-	}
-	pvcInformer := h.SharedInformerFactory().Core().V1().PersistentVolumeClaims().Informer()
-	pvcReg, err := pvcInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { pl.onPVC(obj) },
-		UpdateFunc: func(_, obj interface{}) { pl.onPVC(obj) },
-		DeleteFunc: func(obj interface{}) {
-			if pvc, ok := tombstone[*v1.PersistentVolumeClaim](obj); ok {
-				_, placed := pl.ledger.CountedPVCLocation(pvc)
-				pl.ledger.DeletePVC(pvc)
-				reservationsHeld.Set(float64(pl.ledger.Reservations()))
-				if placed {
-					pl.spaceFreed(klog.Background(), "placed PVC deleted")
-				}
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("watching PVCs: %w", err)
-	}
-	scInformer := h.SharedInformerFactory().Storage().V1().StorageClasses().Informer()
-	scReg, err := scInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { pl.onStorageClass(obj) },
-		UpdateFunc: func(_, obj interface{}) { pl.onStorageClass(obj) },
-		DeleteFunc: func(obj interface{}) {
-			if sc, ok := tombstone[*storagev1.StorageClass](obj); ok && pl.ledger.DeleteStorageClass(sc.Name) {
-				pl.spaceFreed(klog.Background(), "StorageClass of placed claims deleted")
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("watching StorageClasses: %w", err)
-	}
-	pl.handlersSynced = append(pl.handlersSynced, pvReg.HasSynced, pvcReg.HasSynced, scReg.HasSynced)
-	return nil
-}
-
-func (pl *DiskFit) onStorageClass(obj interface{}) {
-	if sc, ok := obj.(*storagev1.StorageClass); ok && pl.ledger.SetStorageClass(sc) {
-		pl.spaceFreed(klog.Background(), "StorageClass of placed claims no longer diskfit's")
-	}
-}
-
-func (pl *DiskFit) onPV(obj interface{}) {
-	if pv, ok := obj.(*v1.PersistentVolume); ok {
-		pl.ledger.SetPV(pv)
-		reservationsHeld.Set(float64(pl.ledger.Reservations()))
-	}
-}
-
-func (pl *DiskFit) onPVC(obj interface{}) {
-	if pvc, ok := obj.(*v1.PersistentVolumeClaim); ok {
-		pl.ledger.SetPVC(pvc)
-		reservationsHeld.Set(float64(pl.ledger.Reservations()))
-	}
-}
-
-// watchDiskNodes starts the plugin's own DiskNode informer and waits until
-// the ledger has every node's disks, so the first Filter sees them.
-func (pl *DiskFit) watchDiskNodes(ctx context.Context, client versioned.Interface) error {
-	factory := externalversions.NewSharedInformerFactory(client, 0)
-	informer := factory.Diskfit().V1alpha1().DiskNodes().Informer()
-	reg, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) { pl.onDiskNode(obj) },
-		UpdateFunc: func(oldObj, obj interface{}) {
-			pl.onDiskNode(obj)
-			oldDN, ok1 := oldObj.(*v1alpha1.DiskNode)
-			newDN, ok2 := obj.(*v1alpha1.DiskNode)
-			if ok1 && ok2 && moreRoom(oldDN, newDN) {
-				pl.spaceFreed(klog.Background(), "DiskNode reports more room")
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if dn, ok := tombstone[*v1alpha1.DiskNode](obj); ok {
-				pl.ledger.DeleteDiskNode(dn.Name)
-				ledgerRebuilds.Inc()
-			}
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("watching DiskNodes: %w", err)
-	}
-	factory.Start(ctx.Done())
-	// Said before waiting: without the DiskNode CRD the wait lasts until it
-	// is installed, and the reflector's list errors alone do not say who
-	// is waiting.
-	klog.FromContext(ctx).V(1).Info("DiskFit waiting for DiskNodes to sync; the DiskNode CRD must be installed")
-	// Waiting for the handler, not just the informer, means every DiskNode
-	// is in the ledger before New returns.
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
-		return errors.New("DiskNode informer did not sync")
-	}
-	return nil
-}
-
-func (pl *DiskFit) onDiskNode(obj interface{}) {
-	if dn, ok := obj.(*v1alpha1.DiskNode); ok {
-		pl.ledger.SetDiskNode(dn)
-		ledgerRebuilds.Inc()
-	}
-}
-
-// tombstone unwraps the final state of a deleted object.
-func tombstone[T any](obj interface{}) (T, bool) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	t, ok := obj.(T)
-	return t, ok
 }

@@ -698,9 +698,77 @@ func TestDeletedVolumeActivatesPodsWaitingForSpace(t *testing.T) {
 	if err := env.client.CoreV1().PersistentVolumes().Delete(env.ctx, "pv-full", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the waiting pod to be activated", func() bool {
+	waitActivated(t, env, "the waiting pod to be activated", "ns/pb")
+}
+
+// TestReleasedDiskActivatesPodsWaitingForSpace: a pod rejected for lack of
+// space is activated when the plugin's own informer sees a placed claim
+// lose its node (a reschedule releases its disk), whatever the queueing
+// hints made of the same event.
+func TestReleasedDiskActivatesPodsWaitingForSpace(t *testing.T) {
+	placed := makePVC("placed", diskfitClass, 3*gi).placed("n1", "d0").PersistentVolumeClaim
+	objs := []runtime.Object{placed, makePVC("b", diskfitClass, 2*gi).PersistentVolumeClaim, node("n1")}
+	env := newTestEnv(t, nil, objs, diskNode("n1", freeDisk("d0", 4*gi)))
+	pod := makePod("pb", "b")
+	state := framework.NewCycleState()
+	mustPreFilter(t, env, state, pod, nil)
+	checkStatus(t, "Filter", env.pl.Filter(env.ctx, state, pod, nodeInfos("n1")[0]),
+		wantStatus{fwk.UnschedulableAndUnresolvable, "largest free disk d0 has 1Gi"})
+
+	released := placed.DeepCopy()
+	delete(released.Annotations, diskfit.SelectedNodeAnnotation)
+	released.ResourceVersion = "2"
+	if _, err := env.client.CoreV1().PersistentVolumeClaims("ns").Update(env.ctx, released, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitActivated(t, env, "the waiting pod to be activated", "ns/pb")
+}
+
+// TestPodsWaitingForADiskNodeAreActivated: a pod rejected because a node
+// has no DiskNode, or a stale one, is activated when the plugin's own
+// informer sees that DiskNode created or fresh again, whatever the
+// queueing hints made of the same event.
+func TestPodsWaitingForADiskNodeAreActivated(t *testing.T) {
+	stale := diskNode("n2", freeDisk("d0", 4*gi))
+	stale.Status.ObservedTime = metav1.NewTime(testNow.Add(-time.Hour))
+	env := newTestEnv(t, nil, []runtime.Object{makePVC("a", diskfitClass, gi).PersistentVolumeClaim, node("n1"), node("n2")}, stale)
+	for _, tc := range []struct {
+		node   string
+		reason string
+		fix    func() error
+	}{
+		{"n1", "no DiskNode", func() error {
+			_, err := env.dfClient.DiskfitV1alpha1().DiskNodes().Create(env.ctx, diskNode("n1", freeDisk("d0", 4*gi)), metav1.CreateOptions{})
+			return err
+		}},
+		{"n2", "DiskNode is stale", func() error {
+			fresh := diskNode("n2", freeDisk("d0", 4*gi))
+			fresh.ResourceVersion = "2"
+			_, err := env.dfClient.DiskfitV1alpha1().DiskNodes().Update(env.ctx, fresh, metav1.UpdateOptions{})
+			return err
+		}},
+	} {
+		env.activator.mu.Lock()
+		env.activator.activated = nil
+		env.activator.mu.Unlock()
+		pod := makePod("p", "a")
+		state := framework.NewCycleState()
+		mustPreFilter(t, env, state, pod, nil)
+		checkStatus(t, "Filter "+tc.node, env.pl.Filter(env.ctx, state, pod, nodeInfos(tc.node)[0]),
+			wantStatus{fwk.UnschedulableAndUnresolvable, tc.reason})
+		if err := tc.fix(); err != nil {
+			t.Fatal(err)
+		}
+		waitActivated(t, env, "the pod waiting on "+tc.node+" to be activated", "ns/p")
+	}
+}
+
+// waitActivated waits until exactly the pods want have been activated.
+func waitActivated(t *testing.T, env *testEnv, what string, want ...string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
 		env.activator.mu.Lock()
 		defer env.activator.mu.Unlock()
-		return slices.Equal(env.activator.activated, []string{"ns/pb"})
+		return slices.Equal(env.activator.activated, want)
 	})
 }

@@ -38,9 +38,10 @@ type stateData struct {
 	// averaged in; only PreScore of a pod with claims writes it, before any
 	// Score reads it.
 	vbScores bool
-	// waitingRecorded is set by the first Filter that rejects a node for
-	// lack of space, so the pod is recorded as waiting once per cycle.
-	waitingRecorded atomic.Bool
+	// waitingForSpace and waitingForDiskNode are set by the first Filter
+	// that rejects a node for lack of space, or for a missing or stale
+	// DiskNode, so the pod is recorded as waiting once per cycle.
+	waitingForSpace, waitingForDiskNode atomic.Bool
 }
 
 // Clone shares the state: claims never change after PreFilter.

@@ -34,6 +34,7 @@ func (pl *DiskFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, 
 		}
 		reservationsHeld.Set(float64(pl.ledger.Reservations()))
 		pl.waiting.remove(pod.UID)
+		pl.waitingForDiskNode.remove(pod.UID)
 		if logger.V(4).Enabled() {
 			for i, c := range s.claims {
 				logger.V(4).Info("Reserved disk", "pod", klog.KObj(pod), "pvc", c.Name, "node", nodeName, "disk", disks[i])
@@ -51,34 +52,8 @@ func (pl *DiskFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod
 	freed := pl.ledger.Unreserve(pod.UID)
 	reservationsHeld.Set(float64(pl.ledger.Reservations()))
 	if freed {
-		pl.spaceFreed(klog.FromContext(ctx), "reservation released")
+		pl.wake(&pl.waiting, "reservation released")
 	}
-}
-
-// spaceFreed activates the pods DiskFit rejected for lack of space. It runs
-// wherever the plugin itself sees space come free: Unreserve (no API event
-// at all) and its own informers' PV and placed-PVC deletions and DiskNodes
-// reporting more room. The queueing hints (events.go) react to the same API
-// events, but a pod whose attempt overlapped the event can miss them and
-// then wait for the queue's periodic flush (minutes); activating it here
-// does not depend on that timing.
-func (pl *DiskFit) spaceFreed(logger klog.Logger, why string) {
-	if waiting := pl.waiting.takeAll(); len(waiting) > 0 {
-		logger.V(4).Info("Disk space freed, activating waiting pods", "why", why, "count", len(waiting))
-		pl.activate(logger, waiting)
-	}
-}
-
-// activate hands pods to the scheduling queue. A framework built without a
-// queue (a test or simulation calling NewFramework directly) has no
-// activator and panics when asked; that must not take the caller down.
-func (pl *DiskFit) activate(logger klog.Logger, pods map[string]*v1.Pod) {
-	defer func() {
-		if r := recover(); r != nil {
-			logger.Info("Cannot activate pods waiting for disk space: the framework has no scheduling queue", "err", r)
-		}
-	}()
-	pl.activator.Activate(logger, pods)
 }
 
 // PreBindPreFlight is VolumeBinding's: DiskFit's decision already travels

@@ -7,14 +7,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// maxWaitingPods bounds the memory for pods waiting for space; beyond it
-// the oldest knowledge is dropped and those pods rely on the queue's
+// maxWaitingPods bounds the memory for each list of waiting pods; beyond
+// it the oldest knowledge is dropped and those pods rely on the queue's
 // periodic flush instead.
 const maxWaitingPods = 10000
 
-// waitingPods are pods that DiskFit rejected for lack of disk space. Space
-// freed by Unreserve produces no API event that queueing hints could see,
-// so Unreserve activates them itself.
+// waitingPods are pods that DiskFit rejected, waiting for a change that
+// the plugin sees itself: space that Unreserve frees produces no API event
+// at all, and a pod that a queueing hint retries before the change reaches
+// the ledger (feed.go) is rejected again after the event has passed.
+// Filter adds to them; wake activates them.
 type waitingPods struct {
 	mu   sync.Mutex
 	pods map[types.UID]*v1.Pod
@@ -49,4 +51,12 @@ func (w *waitingPods) takeAll() map[string]*v1.Pod {
 	}
 	w.pods = nil
 	return out
+}
+
+// wake hands the pods waiting in w to the scheduling queue.
+func (pl *DiskFit) wake(w *waitingPods, why string) {
+	if pods := w.takeAll(); len(pods) > 0 {
+		pl.logger.V(4).Info("Activating pods DiskFit rejected", "why", why, "count", len(pods))
+		pl.activator.Activate(pl.logger, pods)
+	}
 }
