@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/volumebinding"
 
+	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
@@ -55,7 +56,7 @@ func newBenchSetup(b *testing.B, class string, claims int) *benchSetup {
 }
 
 func mustVBArgs(b *testing.B, fts feature.Features) runtime.Object {
-	args, err := volumeBindingArgs(DefaultArgs(), fts)
+	args, err := volumeBindingArgs(configv1.DefaultArgs(), fts)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
 )
 
 func TestDiskSelectedEvent(t *testing.T) {
@@ -18,7 +19,7 @@ func TestDiskSelectedEvent(t *testing.T) {
 	// no disk for it and says nothing.
 	other := makePVC("other", otherClass, gi).PersistentVolumeClaim
 	pod := makePod("p", "data", "logs", "other")
-	args := DefaultArgs()
+	args := configv1.DefaultArgs()
 	args.BindTimeoutSeconds = 1
 	env := newTestEnv(t, args, []runtime.Object{data, logs, other, node("n1"), pod},
 		diskNode("n1", diskSpec{name: "d0", capacity: 8 * gi, free: 5*gi + gi/2}, freeDisk("d1", 10*gi)))

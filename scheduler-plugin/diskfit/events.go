@@ -171,7 +171,7 @@ func (pl *DiskFit) isSchedulableAfterDiskNodeChange(logger klog.Logger, pod *v1.
 // on is recent again.
 func (pl *DiskFit) freshAgain(oldDN, newDN *v1alpha1.DiskNode) bool {
 	now := pl.now()
-	return oldDN.Status.Stale(now, pl.maxAge) && !newDN.Status.Stale(now, pl.maxAge)
+	return oldDN.Status.Stale(now, pl.fit.MaxAge) && !newDN.Status.Stale(now, pl.fit.MaxAge)
 }
 
 // moreRoom reports whether a disk of newDN that takes new volumes (healthy,

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/diskfit/diskfit/scheduler-plugin/fit"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
@@ -45,32 +46,20 @@ func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 // noSpace tells a rejection for lack of space from one for a missing or
 // stale DiskNode.
 func (pl *DiskFit) filterDisks(ctx context.Context, claims []packing.Claim, node string) (status *fwk.Status, noSpace bool) {
-	var diskBuf [packing.MaxInlineDisks]packing.Disk
-	var assignBuf [16]int
-	disks, info := pl.ledger.Disks(node, diskBuf[:0])
-	if !info.HasDiskNode {
-		filterRejections.WithLabelValues(reasonNoDiskNode).Inc()
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("node %s: no DiskNode, the diskfit node plugin has not reported this node's disks", node)), false
-	}
-	if pl.maxAge > 0 {
-		if age := pl.now().Sub(info.Observed); info.Observed.IsZero() || age > pl.maxAge {
-			filterRejections.WithLabelValues(reasonStaleDiskNode).Inc()
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-				fmt.Sprintf("node %s: DiskNode is stale (observed %s ago, maximum %s)", node, age.Round(1e9), pl.maxAge)), false
-		}
-	}
-	var assign []int
-	if len(claims) > len(assignBuf) {
-		assign = make([]int, len(claims))
-	} else {
-		assign = assignBuf[:len(claims)]
-	}
-	if packing.Pack(disks, claims, pl.opts, assign) {
+	var buf fit.Buffers
+	r := pl.fit.Evaluate(node, claims, &buf)
+	if r.Reason == fit.Fits {
 		return nil, false
 	}
-	filterRejections.WithLabelValues(reasonNoSpace).Inc()
-	reason := fmt.Sprintf("node %s: %s", node, packing.Explain(disks, claims))
+	filterRejections.WithLabelValues(rejectionReasons[r.Reason]).Inc()
+	reason := fmt.Sprintf("node %s: %s", node, pl.fit.Message(r, claims))
 	klog.FromContext(ctx).V(5).Info("DiskFit rejected node", "node", node, "reason", reason)
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason), true
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason), r.Reason == fit.NoSpace
+}
+
+// rejectionReasons are the metric labels of the reasons a node does not fit.
+var rejectionReasons = [...]string{
+	fit.NoDiskNode:    reasonNoDiskNode,
+	fit.StaleDiskNode: reasonStaleDiskNode,
+	fit.NoSpace:       reasonNoSpace,
 }

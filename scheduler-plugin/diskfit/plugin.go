@@ -35,8 +35,8 @@ import (
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config/validation"
+	"github.com/diskfit/diskfit/scheduler-plugin/fit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
-	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
 // Name is the plugin's name in registries and configuration files.
@@ -56,10 +56,9 @@ type DiskFit struct {
 	scLister   storagelisters.StorageClassLister
 	// snapshots reads VolumeSnapshots and their contents (source.go).
 	snapshots dynamic.Interface
-	opts      packing.Options
-	weigh     packing.Weigher
-	maxAge    time.Duration
-	now       func() time.Time
+	// fit decides whether a node fits the claims and scores it.
+	fit *fit.Evaluator
+	now func() time.Time
 	// noClaims is the shared, never modified state of pods without
 	// diskfit claims.
 	noClaims *stateData
@@ -148,9 +147,6 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		pvLister:   h.SharedInformerFactory().Core().V1().PersistentVolumes().Lister(),
 		scLister:   h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
 		snapshots:  snapshots,
-		opts:       PackingOptions(args),
-		weigh:      DeviceClassWeigher(args),
-		maxAge:     args.MaxDiskNodeAge.Duration,
 		now:        o.Now,
 		noClaims:   &stateData{},
 		activator:  h,
@@ -159,6 +155,7 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	if pl.now == nil {
 		pl.now = time.Now
 	}
+	pl.fit = fit.New(pl.ledger, args, pl.now)
 	// The decorator must be in place before the first Reserve; plugins are
 	// built before scheduling starts.
 	vb.Binder = &diskBinder{SchedulerVolumeBinder: binder, ledger: pl.ledger, recorder: h.EventRecorder()}
@@ -166,7 +163,7 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	if err := pl.startFeeds(ctx, h, diskNodes); err != nil {
 		return nil, err
 	}
-	pl.logger.V(2).Info("DiskFit plugin ready", "strategy", pl.opts.Strategy, "maxDiskNodeAge", pl.maxAge, "maxExactClaims", args.MaxExactClaims)
+	pl.logger.V(2).Info("DiskFit plugin ready", "strategy", pl.fit.Options.Strategy, "maxDiskNodeAge", pl.fit.MaxAge, "maxExactClaims", args.MaxExactClaims)
 	return pl, nil
 }
 
@@ -238,7 +235,7 @@ func newVolumeBinder(ctx context.Context, h fwk.Handle, fts feature.Features, bi
 // a configuration file, and defaults nil (no pluginConfig entry).
 func decodeArgs(obj runtime.Object) (*config.DiskFitArgs, error) {
 	if obj == nil {
-		return DefaultArgs(), nil
+		return configv1.DefaultArgs(), nil
 	}
 	switch a := obj.(type) {
 	case *config.DiskFitArgs:
@@ -254,16 +251,6 @@ func decodeArgs(obj runtime.Object) (*config.DiskFitArgs, error) {
 	default:
 		return nil, fmt.Errorf("want args of type DiskFitArgs, got %T", obj)
 	}
-}
-
-// DefaultArgs returns the internal args with every default applied.
-func DefaultArgs() *config.DiskFitArgs {
-	v := &configv1.DiskFitArgs{}
-	configv1.SetObjectDefaults_DiskFitArgs(v)
-	out := &config.DiskFitArgs{}
-	// The conversion cannot fail on defaulted input.
-	_ = configv1.Convert_v1_DiskFitArgs_To_config_DiskFitArgs(v, out, nil)
-	return out
 }
 
 // volumeBindingArgs builds the embedded plugin's args the way the scheduler
@@ -284,38 +271,4 @@ func volumeBindingArgs(args *config.DiskFitArgs, fts feature.Features) (*schedco
 		out.Shape = nil
 	}
 	return out, nil
-}
-
-// DeviceClassWeigher translates validated args into the device-class
-// weights of the score; nil when every class weighs the same.
-func DeviceClassWeigher(args *config.DiskFitArgs) packing.Weigher {
-	if len(args.ScoringStrategy.DeviceClassWeights) == 0 {
-		return nil
-	}
-	weights := map[string]int64{}
-	for _, w := range args.ScoringStrategy.DeviceClassWeights {
-		weights[w.DeviceClass] = w.Weight
-	}
-	return func(class string) int64 {
-		if w, ok := weights[class]; ok {
-			return w
-		}
-		return configv1.DefaultDeviceClassWeight
-	}
-}
-
-// PackingOptions translates validated args into the packing options the
-// plugin uses, for simulations that run the packing without a scheduler.
-func PackingOptions(args *config.DiskFitArgs) packing.Options {
-	opts := packing.Options{Strategy: packing.MostAllocated, MaxExactClaims: int(args.MaxExactClaims)}
-	if args.ScoringStrategy.Type == config.LeastAllocated {
-		opts.Strategy = packing.LeastAllocated
-	}
-	if args.MaxExactClaims == 0 {
-		// maxExactClaims 0 means "greedy only". packing.Options says that
-		// with a negative count: its zero value stands for
-		// packing.DefaultMaxExactClaims, the number the args default to.
-		opts.MaxExactClaims = -1
-	}
-	return opts
 }

@@ -26,7 +26,8 @@ import (
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
-	"github.com/diskfit/diskfit/scheduler-plugin/packing"
+	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
+	"github.com/diskfit/diskfit/scheduler-plugin/fit"
 )
 
 type wantStatus struct {
@@ -269,7 +270,7 @@ func TestReserveAndPreBindWriteDiskWithNode(t *testing.T) {
 	// annotation stayed behind.
 	stale := makePVC("stale", diskfitClass, 2*gi).annotate(diskfit.SelectedDiskAnnotation, "gone").PersistentVolumeClaim
 	pod := makePod("p", "fresh", "stale")
-	args := DefaultArgs()
+	args := configv1.DefaultArgs()
 	args.BindTimeoutSeconds = 1
 	env := newTestEnv(t, args, []runtime.Object{fresh, stale, node("n1"), pod},
 		diskNode("n1", freeDisk("d0", 3*gi), freeDisk("d1", 10*gi)))
@@ -400,7 +401,7 @@ func TestScore(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(string(tc.strategy), func(t *testing.T) {
-			args := DefaultArgs()
+			args := configv1.DefaultArgs()
 			args.ScoringStrategy.Type = tc.strategy
 			env := newTestEnv(t, args, objs, dns...)
 			pod := makePod("p", "a")
@@ -475,7 +476,7 @@ func TestSignPod(t *testing.T) {
 }
 
 func TestNewRejectsInvalidArgs(t *testing.T) {
-	args := DefaultArgs()
+	args := configv1.DefaultArgs()
 	args.ScoringStrategy.Type = "Random"
 	env := newTestEnv(t, nil, nil)
 	if _, err := NewWithOptions(env.ctx, args, env.handle, Options{Features: &feature.Features{}, DiskNodeClient: env.dfClient}); err == nil {
@@ -585,25 +586,11 @@ func TestConcurrentFilterAndEvents(t *testing.T) {
 	}
 }
 
-// TestPackingOptions: the default args pack exactly up to
-// packing.DefaultMaxExactClaims claims; maxExactClaims 0 turns the exact
-// search off (a negative count in packing.Options, whose zero means the
-// default); every strategy name maps to the packing strategy of that name.
-func TestPackingOptions(t *testing.T) {
-	args := DefaultArgs()
-	if got := PackingOptions(args); got.Strategy != packing.MostAllocated || got.MaxExactClaims != packing.DefaultMaxExactClaims {
-		t.Errorf("defaults: %+v", got)
-	}
-	args.ScoringStrategy.Type = config.LeastAllocated
-	args.MaxExactClaims = 0
-	if got := PackingOptions(args); got.Strategy != packing.LeastAllocated || got.MaxExactClaims >= 0 {
-		t.Errorf("LeastAllocated, greedy only: %+v", got)
-	}
-	for _, s := range config.ScoringStrategyTypes() {
-		args.ScoringStrategy.Type = s
-		if got := PackingOptions(args).Strategy.String(); got != string(s) {
-			t.Errorf("strategy %q packs as %q", s, got)
-		}
+// TestFitScoresInTheFrameworksRange: the evaluator's scores are the
+// framework's node scores.
+func TestFitScoresInTheFrameworksRange(t *testing.T) {
+	if fwk.MinScore != 0 || fit.MaxScore != fwk.MaxScore {
+		t.Errorf("fit scores 0 to %d, the framework %d to %d", fit.MaxScore, fwk.MinScore, fwk.MaxScore)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 func (pl *DiskFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	logger := klog.FromContext(ctx)
 	if s, err := pl.getState(cs); err == nil && len(s.claims) > 0 {
-		disks, err := pl.ledger.Reserve(pod.UID, nodeName, s.claims, pl.opts)
+		disks, err := pl.ledger.Reserve(pod.UID, nodeName, s.claims, pl.fit.Options)
 		if err != nil {
 			// Another pod took the space between Filter and Reserve. An
 			// error, not Unschedulable, sends the pod to the backoff queue

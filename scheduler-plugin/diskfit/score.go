@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/diskfit/diskfit/scheduler-plugin/fit"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
@@ -53,22 +54,12 @@ func (pl *DiskFit) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 }
 
 // scoreDisks is the disk part of Score, from fwk.MinScore to
-// fwk.MaxScore. A node that no longer fits (space taken since Filter)
-// scores lowest; Reserve will reject it if it is still chosen.
+// fwk.MaxScore (fit.MaxScore is the framework's). A node that no longer
+// fits (space taken since Filter) scores lowest; Reserve will reject it if
+// it is still chosen.
 func (pl *DiskFit) scoreDisks(claims []packing.Claim, node string) int64 {
-	var diskBuf [packing.MaxInlineDisks]packing.Disk
-	var assignBuf [16]int
-	disks, _ := pl.ledger.Disks(node, diskBuf[:0])
-	var assign []int
-	if len(claims) > len(assignBuf) {
-		assign = make([]int, len(claims))
-	} else {
-		assign = assignBuf[:len(claims)]
-	}
-	if !packing.Pack(disks, claims, pl.opts, assign) {
-		return fwk.MinScore
-	}
-	return fwk.MinScore + packing.Score(disks, claims, assign, pl.opts.Strategy, pl.weigh, fwk.MaxScore-fwk.MinScore)
+	var buf fit.Buffers
+	return fwk.MinScore + pl.fit.Score(pl.fit.Evaluate(node, claims, &buf), claims)
 }
 
 // ScoreExtensions returns nil: scores are already in the framework's range.

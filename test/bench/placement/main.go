@@ -85,15 +85,15 @@ type modelSpec struct {
 
 var models = []modelSpec{
 	{"DiskFit (MostAllocated, default)", func(in *Input, _ *cluster) model {
-		return newDiskFitModel(in, diskFitOptions(""))
+		return newDiskFitModel(in, diskFitArgs(""))
 	}},
 	{"DiskFit (MostAllocated), score halved as in the 1.37 profile", func(in *Input, _ *cluster) model {
-		m := newDiskFitModel(in, diskFitOptions(""))
+		m := newDiskFitModel(in, diskFitArgs(""))
 		m.halveScore = true
 		return m
 	}},
 	{"DiskFit (LeastAllocated)", func(in *Input, _ *cluster) model {
-		return newDiskFitModel(in, diskFitOptions(config.LeastAllocated))
+		return newDiskFitModel(in, diskFitArgs(config.LeastAllocated))
 	}},
 	{"VolumeBinding + CSIStorageCapacity, driver best fit", func(_ *Input, c *cluster) model {
 		return &capacityModel{c: c}

@@ -13,21 +13,21 @@ import (
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
-	diskfitplugin "github.com/diskfit/diskfit/scheduler-plugin/diskfit"
+	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
+	"github.com/diskfit/diskfit/scheduler-plugin/fit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
 // diskFitModel is the DiskFit plugin's decision path without the
-// framework around it, on the plugin's own packages: Filter is
-// ledger.Disks then packing.Pack (filter.go), Score is packing.Score of
-// that packing scaled to the framework's range (score.go), Reserve is
+// framework around it, on the plugin's own packages: Filter and Score are
+// the plugin's fit.Evaluator (filter.go, score.go), Reserve is
 // ledger.Reserve (reserve.go). Made volumes reach the ledger as the
 // scheduler would learn of them: a PV on the disk and a DiskNode update
 // from the node plugin.
 type diskFitModel struct {
-	l    *ledger.Ledger
-	opts packing.Options
+	l  *ledger.Ledger
+	ev *fit.Evaluator
 	// halveScore averages the disk score with a VolumeBinding score of 0,
 	// as the plugin's Score does when VolumeBinding's PreScore asks to
 	// score (StorageCapacityScoring on, the default since 1.37) while it
@@ -36,23 +36,24 @@ type diskFitModel struct {
 	in         *Input
 	diskNodes  []*v1alpha1.DiskNode
 	version    uint64
-	diskBuf    [packing.MaxInlineDisks]packing.Disk
-	assignBuf  [16]int
+	buf        fit.Buffers
 }
 
-// diskFitOptions are the packing options of a DiskFit plugin with
-// default args, built by the plugin's own translation; strategy overrides
-// the scoring strategy when not empty.
-func diskFitOptions(strategy config.ScoringStrategyType) packing.Options {
-	args := diskfitplugin.DefaultArgs()
+// diskFitArgs are a DiskFit plugin's default args; strategy overrides the
+// scoring strategy when not empty. The DiskNodes of a simulation are always
+// current, so no age limit applies.
+func diskFitArgs(strategy config.ScoringStrategyType) *config.DiskFitArgs {
+	args := configv1.DefaultArgs()
 	if strategy != "" {
 		args.ScoringStrategy.Type = strategy
 	}
-	return diskfitplugin.PackingOptions(args)
+	args.MaxDiskNodeAge.Duration = 0
+	return args
 }
 
-func newDiskFitModel(in *Input, opts packing.Options) *diskFitModel {
-	m := &diskFitModel{l: ledger.New(), opts: opts, in: in, diskNodes: make([]*v1alpha1.DiskNode, len(in.Nodes))}
+func newDiskFitModel(in *Input, args *config.DiskFitArgs) *diskFitModel {
+	m := &diskFitModel{l: ledger.New(), in: in, diskNodes: make([]*v1alpha1.DiskNode, len(in.Nodes))}
+	m.ev = fit.New(m.l, args, nil)
 	for i, n := range in.Nodes {
 		dn := &v1alpha1.DiskNode{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
 		for _, d := range n.Disks {
@@ -79,26 +80,12 @@ func (m *diskFitModel) publish(i int) {
 	m.l.SetDiskNode(m.diskNodes[i])
 }
 
-func (m *diskFitModel) pack(n int, claims []packing.Claim) ([]packing.Disk, []int, bool) {
-	disks, info := m.l.Disks(m.in.Nodes[n].Name, m.diskBuf[:0])
-	if !info.HasDiskNode {
-		return nil, nil, false
-	}
-	assign := m.assignBuf[:len(claims)]
-	return disks, assign, packing.Pack(disks, claims, m.opts, assign)
-}
-
 func (m *diskFitModel) filter(n int, claims []packing.Claim) bool {
-	_, _, ok := m.pack(n, claims)
-	return ok
+	return m.ev.Evaluate(m.in.Nodes[n].Name, claims, &m.buf).Reason == fit.Fits
 }
 
 func (m *diskFitModel) score(n int, claims []packing.Claim) int64 {
-	disks, assign, ok := m.pack(n, claims)
-	if !ok {
-		return fwk.MinScore
-	}
-	score := fwk.MinScore + packing.Score(disks, claims, assign, m.opts.Strategy, nil, fwk.MaxScore-fwk.MinScore)
+	score := fwk.MinScore + m.ev.Score(m.ev.Evaluate(m.in.Nodes[n].Name, claims, &m.buf), claims)
 	if m.halveScore {
 		score /= 2
 	}
@@ -106,7 +93,7 @@ func (m *diskFitModel) score(n int, claims []packing.Claim) int64 {
 }
 
 func (m *diskFitModel) reserve(pod *Pod, n int, claims []packing.Claim) []int {
-	names, err := m.l.Reserve(types.UID(pod.Name), m.in.Nodes[n].Name, claims, m.opts)
+	names, err := m.l.Reserve(types.UID(pod.Name), m.in.Nodes[n].Name, claims, m.ev.Options)
 	if err != nil {
 		// Filter passed on the same ledger a moment ago; a failure here
 		// is a bug the run must not hide.

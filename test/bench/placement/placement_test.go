@@ -61,7 +61,7 @@ func TestFilter(t *testing.T) {
 			c := newCluster(in)
 			claims := claimsOf(tt.claims...)
 			got := []bool{
-				newDiskFitModel(in, diskFitOptions("")).filter(0, claims),
+				newDiskFitModel(in, diskFitArgs("")).filter(0, claims),
 				(&capacityModel{c: c}).filter(0, claims),
 				(&capacityModel{c: c, joint: true}).filter(0, claims),
 			}
@@ -128,7 +128,7 @@ func TestRun(t *testing.T) {
 			var m model
 			switch tt.model {
 			case "diskfit":
-				m = newDiskFitModel(in, diskFitOptions(""))
+				m = newDiskFitModel(in, diskFitArgs(""))
 			case "vb":
 				m = &capacityModel{c: c}
 			case "sum":
@@ -149,7 +149,7 @@ func TestRun(t *testing.T) {
 func TestDiskFitLedgerMatchesDisks(t *testing.T) {
 	in := Generate(InputConfig{Nodes: 20, MinDisks: 2, MaxDisks: 8, MaxUsed: 0.6, Load: 1.5, Seed: 7})
 	c := newCluster(in)
-	m := newDiskFitModel(in, diskFitOptions(""))
+	m := newDiskFitModel(in, diskFitArgs(""))
 	res := Run("DiskFit", in, c, m, Options{MaxReschedules: 10, Seed: 7})
 	if res.Placed == 0 || res.Pending == 0 {
 		t.Fatalf("want a run that fills the cluster, got %+v", res)

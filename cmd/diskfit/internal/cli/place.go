@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -18,12 +17,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/scheduler-plugin/fit"
 	"github.com/diskfit/diskfit/scheduler-plugin/ledger"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
-
-// maxNodeScore is kube-scheduler's highest node score (framework.MaxScore).
-const maxNodeScore = 100
 
 // defaultClassAnnotation marks a cluster's default StorageClass.
 const defaultClassAnnotation = "storageclass.kubernetes.io/is-default-class"
@@ -222,9 +219,8 @@ func (cl *clusterState) storageClass(pvc *corev1.PersistentVolumeClaim) (*storag
 }
 
 // nodeExclusions says, per node, why it takes no pod of the workload
-// whatever its disks hold, as the scheduler's other filters and DiskFit's
-// DiskNode checks would.
-func (cl *clusterState) nodeExclusions(logger klog.Logger, w *workload, now time.Time, maxAge time.Duration) (map[string]string, error) {
+// whatever its disks hold, as the scheduler's other filters would.
+func (cl *clusterState) nodeExclusions(logger klog.Logger, w *workload) (map[string]string, error) {
 	pod := w.pod
 	if pod == nil {
 		pod = &corev1.Pod{}
@@ -250,19 +246,6 @@ func (cl *clusterState) nodeExclusions(logger klog.Logger, w *workload, now time
 		}
 		if !match {
 			out[node.Name] = "does not match the pod's node selector or affinity"
-			continue
-		}
-		_, info := cl.ledger.Disks(node.Name, nil)
-		if !info.HasDiskNode {
-			out[node.Name] = "no DiskNode, the diskfit node plugin has not reported this node's disks"
-			continue
-		}
-		if info.Observed.IsZero() {
-			out[node.Name] = "DiskNode is stale (never refreshed)"
-			continue
-		}
-		if age := now.Sub(info.Observed); maxAge > 0 && age > maxAge {
-			out[node.Name] = fmt.Sprintf("DiskNode is stale (observed %s ago, maximum %s)", age.Round(time.Second), maxAge)
 		}
 	}
 	return out, nil
@@ -286,9 +269,10 @@ func nodeNotSchedulable(node *corev1.Node) string {
 }
 
 // place puts a replica on the node whose disks DiskFit scores highest
-// (ties: the first by name) and reserves the space in the ledger, so the
-// next replica sees it taken, as the scheduler's Reserve does.
-func (cl *clusterState) place(p *plannedReplica, excluded map[string]string, opts packing.Options) error {
+// (ties: the first by name), as ev decides for the plugin, and reserves
+// the space in the ledger, so the next replica sees it taken, as the
+// scheduler's Reserve does.
+func (cl *clusterState) place(p *plannedReplica, excluded map[string]string, ev *fit.Evaluator) error {
 	r := &p.report
 	best, bestScore := "", int64(-1)
 	for i := range cl.nodes {
@@ -306,13 +290,13 @@ func (cl *clusterState) place(p *plannedReplica, excluded map[string]string, opt
 			r.Rejections = append(r.Rejections, NodeRejection{Node: name, Reason: reason})
 			continue
 		}
-		disks, _ := cl.ledger.Disks(name, nil)
-		assign := make([]int, len(p.claims))
-		if !packing.Pack(disks, p.claims, opts, assign) {
-			r.Rejections = append(r.Rejections, NodeRejection{Node: name, Reason: packing.Explain(disks, p.claims)})
+		var buf fit.Buffers
+		result := ev.Evaluate(name, p.claims, &buf)
+		if result.Reason != fit.Fits {
+			r.Rejections = append(r.Rejections, NodeRejection{Node: name, Reason: ev.Message(result, p.claims)})
 			continue
 		}
-		if score := packing.Score(disks, p.claims, assign, opts.Strategy, nil, maxNodeScore); score > bestScore {
+		if score := ev.Score(result, p.claims); score > bestScore {
 			best, bestScore = name, score
 		}
 	}
@@ -322,7 +306,7 @@ func (cl *clusterState) place(p *plannedReplica, excluded map[string]string, opt
 	if best == "" {
 		return nil
 	}
-	chosen, err := cl.ledger.Reserve(types.UID("simulate/"+r.Name), best, p.claims, opts)
+	chosen, err := cl.ledger.Reserve(types.UID("simulate/"+r.Name), best, p.claims, ev.Options)
 	if err != nil {
 		// Pack just said the claims fit on these disks; the ledger runs
 		// the same Pack on the same disks.

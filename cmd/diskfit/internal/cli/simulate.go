@@ -17,7 +17,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
+	"github.com/diskfit/diskfit/scheduler-plugin/fit"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
@@ -148,9 +150,9 @@ func newSimulateCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comma
 			"  diskfit simulate --claims 10Gi,2Gi --replicas 3 --storage-class diskfit-nvme\n" +
 			"  kubectl get pvc -n shop -o yaml | diskfit simulate -f - -o json",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.replicasSet = cmd.Flags().Changed("replicas")
-			opts, err := o.validate()
+			args, err := o.validate()
 			if err != nil {
 				return err
 			}
@@ -158,7 +160,7 @@ func newSimulateCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comma
 			if err != nil {
 				return err
 			}
-			return o.run(cmd.Context(), c, opts, streams)
+			return o.run(cmd.Context(), c, args, streams)
 		},
 	}
 	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "file with a StatefulSet or PersistentVolumeClaims (YAML or JSON); - reads stdin")
@@ -170,27 +172,30 @@ func newSimulateCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comma
 	return cmd
 }
 
-// validate checks the flags and returns the packing options they ask for.
-func (o *simulateOptions) validate() (packing.Options, error) {
+// validate checks the flags and returns the DiskFit args they ask for:
+// the defaults with the strategy of --strategy.
+func (o *simulateOptions) validate() (*config.DiskFitArgs, error) {
 	if err := checkOutputFormat(o.output); err != nil {
-		return packing.Options{}, err
+		return nil, err
 	}
 	switch {
 	case o.file == "" && o.claims == "":
-		return packing.Options{}, errors.New("nothing to simulate: give a workload with -f FILE or --claims SIZES")
+		return nil, errors.New("nothing to simulate: give a workload with -f FILE or --claims SIZES")
 	case o.file != "" && o.claims != "":
-		return packing.Options{}, errors.New("-f and --claims exclude each other")
+		return nil, errors.New("-f and --claims exclude each other")
 	case o.storageClass != "" && o.claims == "":
-		return packing.Options{}, errors.New("--storage-class goes with --claims; a file's claims name their own class")
+		return nil, errors.New("--storage-class goes with --claims; a file's claims name their own class")
 	case o.replicasSet && o.replicas < 1:
-		return packing.Options{}, fmt.Errorf("--replicas %d: must be at least 1", o.replicas)
+		return nil, fmt.Errorf("--replicas %d: must be at least 1", o.replicas)
 	}
-	for _, s := range []packing.Strategy{packing.MostAllocated, packing.LeastAllocated} {
-		if o.strategy == s.String() {
-			return packing.Options{Strategy: s}, nil
+	for _, s := range config.ScoringStrategyTypes() {
+		if o.strategy == string(s) {
+			args := configv1.DefaultArgs()
+			args.ScoringStrategy.Type = s
+			return args, nil
 		}
 	}
-	return packing.Options{}, fmt.Errorf("unknown strategy %q: use MostAllocated or LeastAllocated", o.strategy)
+	return nil, fmt.Errorf("unknown strategy %q: use MostAllocated or LeastAllocated", o.strategy)
 }
 
 // readWorkload reads the workload the flags name.
@@ -213,7 +218,7 @@ func (o *simulateOptions) readWorkload(in io.Reader, namespace string) (*workloa
 	return readWorkload(f, o.file, namespace, replicas)
 }
 
-func (o *simulateOptions) run(ctx context.Context, c *Clients, opts packing.Options, streams genericiooptions.IOStreams) error {
+func (o *simulateOptions) run(ctx context.Context, c *Clients, args *config.DiskFitArgs, streams genericiooptions.IOStreams) error {
 	w, err := o.readWorkload(streams.In, c.Namespace)
 	if err != nil {
 		return err
@@ -221,7 +226,7 @@ func (o *simulateOptions) run(ctx context.Context, c *Clients, opts packing.Opti
 	for _, doc := range w.ignored {
 		fmt.Fprintf(streams.ErrOut, "Ignoring %s: simulate reads StatefulSets and PersistentVolumeClaims.\n", doc)
 	}
-	report, err := simulate(ctx, c, w, opts, o.now())
+	report, err := simulate(ctx, c, w, args, o.now())
 	if err != nil {
 		return err
 	}
@@ -240,12 +245,12 @@ func (o *simulateOptions) run(ctx context.Context, c *Clients, opts packing.Opti
 }
 
 // simulate places the workload's replicas on the cluster the clients
-// reach, one after another, as diskfit-scheduler would now.
-func simulate(ctx context.Context, c *Clients, w *workload, opts packing.Options, now time.Time) (SimulateReport, error) {
+// reach, one after another, as diskfit-scheduler with args would now.
+func simulate(ctx context.Context, c *Clients, w *workload, args *config.DiskFitArgs, now time.Time) (SimulateReport, error) {
 	report := SimulateReport{
 		SchemaVersion: SimulateSchemaVersion,
 		Workload:      SimulatedWorkload{Kind: w.kind, Namespace: w.namespace, Name: w.name, SchedulerName: w.schedulerName},
-		Strategy:      opts.Strategy.String(),
+		Strategy:      string(args.ScoringStrategy.Type),
 		Replicas:      []ReplicaReport{},
 	}
 	cl, err := loadCluster(ctx, c)
@@ -276,12 +281,13 @@ func simulate(ctx context.Context, c *Clients, w *workload, opts packing.Options
 		}
 		return report, errors.New(msg)
 	}
-	excluded, err := cl.nodeExclusions(klog.FromContext(ctx), w, now, configv1.DefaultMaxDiskNodeAge)
+	excluded, err := cl.nodeExclusions(klog.FromContext(ctx), w)
 	if err != nil {
 		return report, err
 	}
+	ev := fit.New(cl.ledger, args, func() time.Time { return now })
 	for _, p := range planned {
-		if err := cl.place(p, excluded, opts); err != nil {
+		if err := cl.place(p, excluded, ev); err != nil {
 			return report, err
 		}
 		if p.report.Fits {

@@ -30,3 +30,14 @@ func Convert_config_ScoringStrategy_To_Pointer_v1_ScoringStrategy(in *config.Sco
 	*out = new(ScoringStrategy)
 	return Convert_config_ScoringStrategy_To_v1_ScoringStrategy(in, *out, s)
 }
+
+// DefaultArgs returns the internal args with every default applied: what
+// DiskFit runs with when its configuration has no args.
+func DefaultArgs() *config.DiskFitArgs {
+	v := &DiskFitArgs{}
+	SetObjectDefaults_DiskFitArgs(v)
+	out := &config.DiskFitArgs{}
+	// The conversion cannot fail on defaulted input.
+	_ = Convert_v1_DiskFitArgs_To_config_DiskFitArgs(v, out, nil)
+	return out
+}
