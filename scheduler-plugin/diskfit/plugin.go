@@ -241,13 +241,7 @@ func decodeArgs(obj runtime.Object) (*config.DiskFitArgs, error) {
 	case *config.DiskFitArgs:
 		return a, nil
 	case *configv1.DiskFitArgs:
-		v := a.DeepCopy()
-		configv1.SetObjectDefaults_DiskFitArgs(v)
-		out := &config.DiskFitArgs{}
-		if err := configv1.Convert_v1_DiskFitArgs_To_config_DiskFitArgs(v, out, nil); err != nil {
-			return nil, fmt.Errorf("converting DiskFit args: %w", err)
-		}
-		return out, nil
+		return configv1.InternalArgs(a)
 	default:
 		return nil, fmt.Errorf("want args of type DiskFitArgs, got %T", obj)
 	}

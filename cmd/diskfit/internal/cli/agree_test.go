@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -237,3 +238,76 @@ func pluginCycle(t *testing.T, args *config.DiskFitArgs, kubeObjs, diskNodes []r
 type noQueue struct{}
 
 func (noQueue) Activate(klog.Logger, map[string]*corev1.Pod) {}
+
+// TestSimulateUsesTheSchedulersArgs checks that diskfit simulate --config
+// places with the DiskFit args of diskfit-scheduler's configuration file:
+// its device-class weights change the node a replica goes to, as they
+// change the plugin's choice (TestSimulateAgreesWithThePlugin), and the
+// shipped file is read as the scheduler reads it.
+func TestSimulateUsesTheSchedulersArgs(t *testing.T) {
+	var weights agreementCase
+	for _, tc := range agreementCases() {
+		if tc.name == "device class weights" {
+			weights = tc
+		}
+	}
+	claims := `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: fast}
+spec:
+  storageClassName: diskfit-nvme
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: slow}
+spec:
+  storageClassName: diskfit-ssd
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+`
+	weighted := writeFile(t, "weighted.yaml", `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+  - schedulerName: default-scheduler
+  - schedulerName: diskfit-scheduler
+    pluginConfig:
+      - name: DiskFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            deviceClassWeights: [{deviceClass: nvme, weight: 100}]
+`)
+	kubeObjs := objects(classes(), []runtime.Object{readyNode("node-a", nil), readyNode("node-b", nil)})
+	for _, tc := range []struct {
+		flags    []string
+		wantNode string
+		wantErr  string
+	}{
+		{nil, "node-b", ""},
+		{[]string{"--config", weighted}, "node-a", ""},
+		{[]string{"--config", "../../../../manifests/scheduler/diskfit-scheduler-config.yaml"}, "node-b", ""},
+		{[]string{"--config", writeFile(t, "other.yaml", "profiles: [{schedulerName: default-scheduler}]\n")}, "",
+			"has no profile with schedulerName diskfit-scheduler"},
+	} {
+		args := append([]string{"simulate", "-f", "-", "-o", "json"}, tc.flags...)
+		out, _, err := runCommandWithInput(t, claims, "shop", kubeObjs, weights.diskNodes, args...)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%v: error %v, want %q", tc.flags, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", tc.flags, err)
+		}
+		var report SimulateReport
+		if err := json.Unmarshal([]byte(out), &report); err != nil {
+			t.Fatal(err)
+		}
+		if got := report.Replicas[0].Node; got != tc.wantNode {
+			t.Errorf("%v: replica placed on %q, want %q", tc.flags, got, tc.wantNode)
+		}
+	}
+}

@@ -4,21 +4,26 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
 	configv1 "github.com/diskfit/diskfit/scheduler-plugin/apis/config/v1"
+	"github.com/diskfit/diskfit/scheduler-plugin/apis/config/validation"
 	"github.com/diskfit/diskfit/scheduler-plugin/fit"
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
@@ -127,6 +132,8 @@ type simulateOptions struct {
 	replicasSet  bool
 	storageClass string
 	strategy     string
+	strategySet  bool
+	config       string
 	output       string
 	now          func() time.Time
 }
@@ -152,6 +159,7 @@ func newSimulateCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comma
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.replicasSet = cmd.Flags().Changed("replicas")
+			o.strategySet = cmd.Flags().Changed("strategy")
 			args, err := o.validate()
 			if err != nil {
 				return err
@@ -167,13 +175,14 @@ func newSimulateCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comma
 	cmd.Flags().StringVar(&o.claims, "claims", "", "comma-separated claim sizes of one replica, e.g. 10Gi,2Gi")
 	cmd.Flags().Int32Var(&o.replicas, "replicas", 0, "number of replicas (default: the StatefulSet's, else 1)")
 	cmd.Flags().StringVar(&o.storageClass, "storage-class", "", "StorageClass of the --claims (default: the cluster's default class)")
-	cmd.Flags().StringVar(&o.strategy, "strategy", string(configv1.MostAllocated), "packing strategy: MostAllocated or LeastAllocated")
+	cmd.Flags().StringVar(&o.strategy, "strategy", string(configv1.MostAllocated), "packing strategy: MostAllocated or LeastAllocated (default: the --config file's, else MostAllocated)")
+	cmd.Flags().StringVar(&o.config, "config", "", "diskfit-scheduler's configuration file (KubeSchedulerConfiguration): place with the DiskFit args of its diskfit-scheduler profile (strategy, deviceClassWeights, maxExactClaims, maxDiskNodeAge) instead of the defaults")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: a table)")
 	return cmd
 }
 
 // validate checks the flags and returns the DiskFit args they ask for:
-// the defaults with the strategy of --strategy.
+// the --config file's or the defaults, with the strategy of --strategy.
 func (o *simulateOptions) validate() (*config.DiskFitArgs, error) {
 	if err := checkOutputFormat(o.output); err != nil {
 		return nil, err
@@ -188,14 +197,68 @@ func (o *simulateOptions) validate() (*config.DiskFitArgs, error) {
 	case o.replicasSet && o.replicas < 1:
 		return nil, fmt.Errorf("--replicas %d: must be at least 1", o.replicas)
 	}
-	for _, s := range config.ScoringStrategyTypes() {
-		if o.strategy == string(s) {
-			args := configv1.DefaultArgs()
-			args.ScoringStrategy.Type = s
-			return args, nil
+	if !slices.Contains(config.ScoringStrategyTypes(), config.ScoringStrategyType(o.strategy)) {
+		return nil, fmt.Errorf("unknown strategy %q: use MostAllocated or LeastAllocated", o.strategy)
+	}
+	args := configv1.DefaultArgs()
+	if o.config != "" {
+		var err error
+		if args, err = readSchedulerArgs(o.config); err != nil {
+			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("unknown strategy %q: use MostAllocated or LeastAllocated", o.strategy)
+	if o.strategySet || o.config == "" {
+		args.ScoringStrategy.Type = config.ScoringStrategyType(o.strategy)
+	}
+	return args, nil
+}
+
+// schedulerConfiguration is the part of a KubeSchedulerConfiguration that
+// simulate reads.
+type schedulerConfiguration struct {
+	Profiles []struct {
+		SchedulerName string `json:"schedulerName"`
+		PluginConfig  []struct {
+			Name string          `json:"name"`
+			Args json.RawMessage `json:"args"`
+		} `json:"pluginConfig"`
+	} `json:"profiles"`
+}
+
+// readSchedulerArgs returns the DiskFit args of the diskfit-scheduler
+// profile in a scheduler configuration file, defaulted and validated as the
+// scheduler does.
+func readSchedulerArgs(path string) (*config.DiskFitArgs, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var file schedulerConfiguration
+	if err := yaml.Unmarshal(data, &file); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	for _, p := range file.Profiles {
+		if p.SchedulerName != diskfit.SchedulerName {
+			continue
+		}
+		v := &configv1.DiskFitArgs{}
+		for _, pc := range p.PluginConfig {
+			if pc.Name == diskfit.PluginName && len(pc.Args) > 0 {
+				if err := json.Unmarshal(pc.Args, v); err != nil {
+					return nil, fmt.Errorf("reading the %s args in %s: %w", diskfit.PluginName, path, err)
+				}
+			}
+		}
+		args, err := configv1.InternalArgs(v)
+		if err != nil {
+			return nil, err
+		}
+		if err := validation.ValidateDiskFitArgs(field.NewPath("args"), args); err != nil {
+			return nil, fmt.Errorf("invalid %s args in %s: %w", diskfit.PluginName, path, err)
+		}
+		return args, nil
+	}
+	return nil, fmt.Errorf("%s has no profile with schedulerName %s", path, diskfit.SchedulerName)
 }
 
 // readWorkload reads the workload the flags name.

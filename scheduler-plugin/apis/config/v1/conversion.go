@@ -1,6 +1,8 @@
 package v1
 
 import (
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/conversion"
 
 	"github.com/diskfit/diskfit/scheduler-plugin/apis/config"
@@ -31,13 +33,22 @@ func Convert_config_ScoringStrategy_To_Pointer_v1_ScoringStrategy(in *config.Sco
 	return Convert_config_ScoringStrategy_To_v1_ScoringStrategy(in, *out, s)
 }
 
+// InternalArgs returns the internal args of v with every default applied,
+// as the scheduler decodes a configuration file; v is not changed.
+func InternalArgs(v *DiskFitArgs) (*config.DiskFitArgs, error) {
+	v = v.DeepCopy()
+	SetObjectDefaults_DiskFitArgs(v)
+	out := &config.DiskFitArgs{}
+	if err := Convert_v1_DiskFitArgs_To_config_DiskFitArgs(v, out, nil); err != nil {
+		return nil, fmt.Errorf("converting DiskFit args: %w", err)
+	}
+	return out, nil
+}
+
 // DefaultArgs returns the internal args with every default applied: what
 // DiskFit runs with when its configuration has no args.
 func DefaultArgs() *config.DiskFitArgs {
-	v := &DiskFitArgs{}
-	SetObjectDefaults_DiskFitArgs(v)
-	out := &config.DiskFitArgs{}
 	// The conversion cannot fail on defaulted input.
-	_ = Convert_v1_DiskFitArgs_To_config_DiskFitArgs(v, out, nil)
+	out, _ := InternalArgs(&DiskFitArgs{})
 	return out
 }
