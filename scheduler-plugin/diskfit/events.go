@@ -231,9 +231,10 @@ func (pl *DiskFit) isSchedulableAfterPVCDelete(logger klog.Logger, pod *v1.Pod, 
 	return fwk.Queue, nil
 }
 
-// pvcUpdateHint keeps VolumeBinding's hint and adds one case: an unbound
+// pvcUpdateHint keeps VolumeBinding's hint and adds two cases: an unbound
 // PVC that lost its selected-node (external-provisioner asking for a
-// reschedule) no longer holds its disk.
+// reschedule) no longer holds its disk, and a PVC the pod clones that got
+// its volume can now be located (source.go).
 func (pl *DiskFit) pvcUpdateHint(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 	return func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 		if vbHint != nil {
@@ -254,6 +255,10 @@ func (pl *DiskFit) pvcUpdateHint(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 		_, isPlaced := diskfit.PVCLocation(newPVC)
 		if wasPlaced && !isPlaced && newPVC.Spec.VolumeName == "" {
 			logger.V(5).Info("PVC released its disk, which may make the pod schedulable", "pod", klog.KObj(pod), "pvc", klog.KObj(newPVC))
+			return fwk.Queue, nil
+		}
+		if oldPVC.Spec.VolumeName == "" && newPVC.Spec.VolumeName != "" && pl.copies(pod, "", "PersistentVolumeClaim", newPVC.Namespace, newPVC.Name) {
+			logger.V(5).Info("PVC the pod clones is bound, which may make the pod schedulable", "pod", klog.KObj(pod), "pvc", klog.KObj(newPVC))
 			return fwk.Queue, nil
 		}
 		return fwk.QueueSkip, nil

@@ -249,3 +249,38 @@ func TestSnapshotEventsRequeueRestores(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundSourceRequeuesClones checks that a pod whose clone waits for
+// its source PVC to be bound is queued again when the source gets its
+// volume, and not for other changes of the source or for other pods.
+func TestBoundSourceRequeuesClones(t *testing.T) {
+	src := makePVC("src", diskfitClass, gi).PersistentVolumeClaim
+	clone := makePVC("clone", diskfitClass, gi).PersistentVolumeClaim
+	clone.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "src"}
+	env := newTestEnv(t, nil, []runtime.Object{src, clone, makePVC("plain", diskfitClass, gi).PersistentVolumeClaim})
+	var pvcUpdate fwk.QueueingHintFn
+	for _, e := range mustEvents(t, env) {
+		if e.Event.Resource == fwk.PersistentVolumeClaim && e.Event.ActionType&fwk.Update != 0 {
+			pvcUpdate = e.QueueingHintFn
+		}
+	}
+	bound := src.DeepCopy()
+	bound.Spec.VolumeName = "pv-src"
+	relabelled := src.DeepCopy()
+	relabelled.Labels = map[string]string{"app": "db"}
+	logger, _ := ktesting.NewTestContext(t)
+	for _, tc := range []struct {
+		name     string
+		pod      *v1.Pod
+		old, new *v1.PersistentVolumeClaim
+		want     fwk.QueueingHint
+	}{
+		{"the source got its volume", makePod("p", "clone"), src, bound, fwk.Queue},
+		{"the source changed otherwise", makePod("p", "clone"), src, relabelled, fwk.QueueSkip},
+		{"a pod that clones nothing", makePod("q", "plain"), src, bound, fwk.QueueSkip},
+	} {
+		if got, err := pvcUpdate(logger, tc.pod, tc.old, tc.new); err != nil || got != tc.want {
+			t.Errorf("%s: hint %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
