@@ -55,13 +55,18 @@ func (pl *DiskFit) EventsToRegister(ctx context.Context) ([]fwk.ClusterEventWith
 			e.QueueingHintFn = pl.skipDiskFitCapacities(e.QueueingHintFn)
 		}
 	}
-	return append(events,
+	events = append(events,
 		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: DiskNodeResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterDiskNodeChange},
 		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.PersistentVolume, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPVDelete},
 		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: fwk.PersistentVolumeClaim, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPVCDelete},
-		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: volumeSnapshotEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterSnapshotChange},
-		fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: volumeSnapshotContentEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterSnapshotContentChange},
-	), nil
+	)
+	if pl.watchSnapshots {
+		events = append(events,
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: volumeSnapshotEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterSnapshotChange},
+			fwk.ClusterEventWithHint{Event: fwk.ClusterEvent{Resource: volumeSnapshotContentEvents, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterSnapshotContentChange},
+		)
+	}
+	return events, nil
 }
 
 // isSchedulableAfterSnapshotChange queues a pod that restores the

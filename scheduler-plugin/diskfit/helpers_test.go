@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -217,6 +218,8 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 		}
 	}
 	client := fake.NewClientset(kubeObjs...)
+	// The snapshot API is served, as on a cluster with manifests/snapshot.
+	client.Discovery().(*fakediscovery.FakeDiscovery).Resources = snapshotAPI()
 	informerFactory := informers.NewSharedInformerFactory(client, 0)
 	activator := &recordingActivator{}
 	recorder := &recordingRecorder{}
@@ -275,4 +278,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// snapshotAPI is the discovery document of the VolumeSnapshot API.
+func snapshotAPI() []*metav1.APIResourceList {
+	return []*metav1.APIResourceList{{
+		GroupVersion: volumeSnapshots.GroupVersion().String(),
+		APIResources: []metav1.APIResource{{Name: volumeSnapshots.Resource}, {Name: volumeSnapshotContent.Resource}},
+	}}
 }

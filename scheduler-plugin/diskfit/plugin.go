@@ -56,6 +56,9 @@ type DiskFit struct {
 	scLister   storagelisters.StorageClassLister
 	// snapshots reads VolumeSnapshots and their contents (source.go).
 	snapshots dynamic.Interface
+	// watchSnapshots: the cluster serves the VolumeSnapshot API, so
+	// snapshot events are registered (snapshotAPIServed).
+	watchSnapshots bool
 	// fit decides whether a node fits the claims and scores it.
 	fit *fit.Evaluator
 	now func() time.Time
@@ -138,19 +141,24 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	if err != nil {
 		return nil, err
 	}
+	watchSnapshots, err := snapshotAPIServed(h.ClientSet())
+	if err != nil {
+		return nil, err
+	}
 	pvcs := h.SharedInformerFactory().Core().V1().PersistentVolumeClaims()
 	pl := &DiskFit{
-		vb:         vb,
-		ledger:     ledger.New(),
-		pvcLister:  pvcs.Lister(),
-		pvcIndexer: pvcs.Informer().GetIndexer(),
-		pvLister:   h.SharedInformerFactory().Core().V1().PersistentVolumes().Lister(),
-		scLister:   h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
-		snapshots:  snapshots,
-		now:        o.Now,
-		noClaims:   &stateData{},
-		activator:  h,
-		logger:     klog.FromContext(ctx),
+		vb:             vb,
+		ledger:         ledger.New(),
+		pvcLister:      pvcs.Lister(),
+		pvcIndexer:     pvcs.Informer().GetIndexer(),
+		pvLister:       h.SharedInformerFactory().Core().V1().PersistentVolumes().Lister(),
+		scLister:       h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
+		snapshots:      snapshots,
+		watchSnapshots: watchSnapshots,
+		now:            o.Now,
+		noClaims:       &stateData{},
+		activator:      h,
+		logger:         klog.FromContext(ctx),
 	}
 	if pl.now == nil {
 		pl.now = time.Now
@@ -162,6 +170,9 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 	registerMetrics()
 	if err := pl.startFeeds(ctx, h, diskNodes); err != nil {
 		return nil, err
+	}
+	if !watchSnapshots {
+		pl.logger.Info("The VolumeSnapshot API is not served: a pod restoring a snapshot that is not ready yet is retried by the queue's periodic flush; restart the scheduler after installing the snapshot CRDs to requeue it on snapshot events")
 	}
 	pl.logger.V(2).Info("DiskFit plugin ready", "strategy", pl.fit.Options.Strategy, "maxDiskNodeAge", pl.fit.MaxAge, "maxExactClaims", args.MaxExactClaims)
 	return pl, nil

@@ -9,9 +9,11 @@ import (
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -149,4 +151,28 @@ func (pl *DiskFit) snapshotLocation(ctx context.Context, namespace, name string)
 		return diskfit.Location{}, unresolvable(fmt.Errorf("VolumeSnapshotContent %s has no %s label: snapshot-controller must run with --enable-distributed-snapshotting", contentName, snapshotManagedByLabel))
 	}
 	return diskfit.Location{Node: node, Disk: disk}, nil
+}
+
+// snapshotAPIServed reports whether the cluster serves VolumeSnapshots and
+// their contents. The scheduler waits for the informer of every event a
+// plugin registers to sync before it schedules anything, so registering
+// snapshot events on a cluster without the snapshot CRDs (they are
+// optional: manifests/snapshot) would keep it from ever starting. Without
+// them, a restore waiting for its snapshot is retried by the queue's
+// periodic flush; the API is looked up once, at start.
+func snapshotAPIServed(c kubernetes.Interface) (bool, error) {
+	list, err := c.Discovery().ServerResourcesForGroupVersion(volumeSnapshots.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking up the VolumeSnapshot API: %w", err)
+	}
+	served := 0
+	for _, r := range list.APIResources {
+		if r.Name == volumeSnapshots.Resource || r.Name == volumeSnapshotContent.Resource {
+			served++
+		}
+	}
+	return served == 2, nil
 }

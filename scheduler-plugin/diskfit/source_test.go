@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -281,6 +283,40 @@ func TestBoundSourceRequeuesClones(t *testing.T) {
 	} {
 		if got, err := pvcUpdate(logger, tc.pod, tc.old, tc.new); err != nil || got != tc.want {
 			t.Errorf("%s: hint %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// TestSnapshotEventsOnlyWhereTheAPIIsServed: the snapshot CRDs are
+// optional, and the scheduler waits for the informer of every registered
+// event before it schedules anything, so snapshot events are registered
+// only where the API is served.
+func TestSnapshotEventsOnlyWhereTheAPIIsServed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		resources []*metav1.APIResourceList
+		want      bool
+	}{
+		{"served", snapshotAPI(), true},
+		{"not installed", nil, false},
+		{"only VolumeSnapshots", []*metav1.APIResourceList{{GroupVersion: "snapshot.storage.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "volumesnapshots"}}}}, false},
+	} {
+		client := fake.NewClientset()
+		client.Discovery().(*fakediscovery.FakeDiscovery).Resources = tc.resources
+		if got, err := snapshotAPIServed(client); err != nil || got != tc.want {
+			t.Errorf("%s: snapshotAPIServed = %v, %v, want %v", tc.name, got, err, tc.want)
+		}
+	}
+
+	env := newTestEnv(t, nil, nil)
+	env.pl.watchSnapshots = false
+	events, err := env.pl.EventsToRegister(env.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.Event.Resource == volumeSnapshotEvents || e.Event.Resource == volumeSnapshotContentEvents {
+			t.Errorf("%s registered on a cluster without the snapshot API", e.Event.Resource)
 		}
 	}
 }
