@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates everything derived from the API types:
 #   for the DiskNode API: deepcopy functions, the typed clientset, listers and
-#   informers, and the CRD YAML;
+#   informers, and the CRD YAML (also copied into the Helm chart's crds/);
 #   for the DiskFit plugin arguments: deepcopy functions (internal and v1),
 #   and v1's conversions to the internal type and defaulter registration.
 # The generators come from hack/tools (pinned versions), built into bin/ by `make tools`.
@@ -36,3 +36,6 @@ rm -rf "$client"
   --listers-package "$module/$client/listers" "${pkgs[@]}"
 
 "$bin/controller-gen" crd:crdVersions=v1 paths="./$apis/diskfit/..." output:crd:dir=manifests/base/crd
+# Helm installs a chart's CRDs from its crds/ as they are written; test/chart
+# checks that they stay these files.
+install -m 0644 manifests/base/crd/*.yaml manifests/helm/diskfit/crds/

@@ -6,7 +6,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-generated=(apis/diskfit/v1alpha1/zz_generated.deepcopy.go apis/client manifests/base/crd
+generated=(apis/diskfit/v1alpha1/zz_generated.deepcopy.go apis/client manifests/base/crd manifests/helm/diskfit/crds
   scheduler-plugin/apis/config/zz_generated.deepcopy.go
   scheduler-plugin/apis/config/v1/zz_generated.deepcopy.go
   scheduler-plugin/apis/config/v1/zz_generated.conversion.go

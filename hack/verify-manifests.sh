@@ -2,7 +2,9 @@
 # Renders every kustomization under manifests/ (the base, each overlay, the
 # examples) with the kustomize that kubectl embeds and fails on the first
 # error, so a broken reference, patch or generator is caught before a
-# cluster sees it. Needs kubectl; no cluster.
+# cluster sees it; then renders the Helm chart manifests/helm/diskfit with
+# Helm's Go packages and compares it, object by object, with the overlays
+# it stands for (go test ./test/chart). Needs kubectl and Go; no cluster.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,5 +36,10 @@ if [[ $count -eq 0 ]]; then
 	echo "verify-manifests: no kustomization.yaml under manifests/" >&2
 	exit 1
 fi
-[[ $status -eq 0 ]] && echo "verify-manifests: $count kustomizations render"
+if ! out=$(go test -count=1 ./test/chart 2>&1); then
+	echo "verify-manifests: the Helm chart manifests/helm/diskfit does not match the kustomizations:" >&2
+	echo "$out" >&2
+	status=1
+fi
+[[ $status -eq 0 ]] && echo "verify-manifests: $count kustomizations render; the Helm chart matches them"
 exit $status
