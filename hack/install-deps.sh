@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages that diskfit's tests and demo use, when they
 # are missing: filesystem tools for the volumes, losetup for loop devices,
-# LVM tools for the lvm backend's command layer. Needs root (apt-get).
+# LVM tools for the lvm backend's command layer, btrfs-progs for a disk
+# whose state directory is a subvolume of its own. Needs root (apt-get).
 set -euo pipefail
 
 declare -A need=(
@@ -14,6 +15,7 @@ declare -A need=(
   [blockdev]=util-linux
   [fallocate]=util-linux
   [lvm]=lvm2
+  [mkfs.btrfs]=btrfs-progs
   [mount]=mount
 )
 missing=()

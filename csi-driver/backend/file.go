@@ -34,10 +34,13 @@ type File struct {
 	snapshots string
 	// dev is the filesystem's device number at Start; a different one
 	// later means the disk's filesystem was unmounted from under us.
-	dev     uint64
-	reflink bool
-	space   spaceGuard
-	cow     cowCache
+	dev uint64
+	// volumesDev is the device number of the volume directory's
+	// filesystem at Start (see loopFile).
+	volumesDev uint64
+	reflink    bool
+	space      spaceGuard
+	cow        cowCache
 }
 
 var _ Backend = &File{}
@@ -76,6 +79,12 @@ func (f *File) Start(ctx context.Context) error {
 		return fmt.Errorf("stat %s: %w", f.path, err)
 	}
 	f.dev = st.Dev
+	// The volumes' own filesystem, as their loop devices report it: the
+	// disk's, unless diskfit/ is a filesystem or btrfs subvolume of its own.
+	if err := unix.Stat(f.volumes, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", f.volumes, err)
+	}
+	f.volumesDev = st.Dev
 	f.reflink = probeReflink(filepath.Join(f.path, stateDirName))
 	if err := f.recover(ctx, f.volumes); err != nil {
 		return err
@@ -185,16 +194,16 @@ func (f *File) Usage(_ context.Context) (Usage, error) {
 func (f *File) volumeFile(key string) string   { return filepath.Join(f.volumes, key+dataSuffix) }
 func (f *File) snapshotFile(key string) string { return filepath.Join(f.snapshots, key+dataSuffix) }
 
-// loopFile is key's data file in dir (the volume or snapshot directory) as
-// the loop package knows it: by its place on this disk's filesystem, so
-// that its loop devices are found even while the disk is away.
-func (f *File) loopFile(dir, key string) loop.File {
-	path := filepath.Join(dir, key+dataSuffix)
+// loopFile is volume key's data file as the loop package knows it: by its
+// place on the volumes' filesystem, so that its loop devices are found
+// even while the disk is away.
+func (f *File) loopFile(key string) loop.File {
+	path := f.volumeFile(key)
 	rel, err := filepath.Rel(f.path, path)
 	if err != nil {
-		rel = path // never: dir is below f.path
+		rel = path // never: the volume directory is below f.path
 	}
-	return loop.File{Path: path, Dev: f.dev, Name: "/" + rel}
+	return loop.File{Path: path, Dev: f.volumesDev, Name: "/" + rel}
 }
 
 // CreateVolume implements Backend.
@@ -238,7 +247,12 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		return nil, err
 	}
 	f.faults.Reach(fault.CreateVolumeIntentRecorded)
-	err := f.space.allocate(ctx, f.Usage, req.SizeBytes, func() error {
+	// A copy is at least as large as its source's data file.
+	book := req.SizeBytes
+	if st, err := os.Stat(source); source != "" && err == nil {
+		book = max(book, st.Size())
+	}
+	err := f.space.allocate(ctx, f.Usage, book, func() error {
 		defer f.cow.invalidate() // a copy shares its source's extents
 		size, err := makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes)
 		vol.SizeBytes = max(vol.SizeBytes, size)
@@ -280,8 +294,10 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 //
 // It returns the file's size, which a copy takes from its source and may
 // be larger than the size the source's record gave a moment before (an
-// expansion of the source ran meanwhile): the copy's record must say that
-// size, or Start would cut the copy back to the record (see cutBack).
+// expansion of the source ran meanwhile, or Start kept a grown file): the
+// copy's record must say that size, or Start would cut a volume copied so
+// back to its record (see cutBack), and a volume copied so is allocated to
+// it.
 func makeDataFile(path, source string, size int64) (int64, error) {
 	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -300,7 +316,13 @@ func makeDataFile(path, source string, size int64) (int64, error) {
 		}
 	}
 	if size > 0 {
-		if err := allocate(out, size); err != nil {
+		// A volume is allocated to its whole size, also where a copy
+		// came out larger than asked for.
+		st, err := out.Stat()
+		if err != nil {
+			return 0, fmt.Errorf("data file: %w", err)
+		}
+		if err := allocate(out, max(size, st.Size())); err != nil {
 			return 0, err
 		}
 	}
@@ -333,7 +355,7 @@ func (f *File) DeleteVolume(ctx context.Context, key string) error {
 	if err := f.Health(ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnhealthy, err)
 	}
-	devs, err := loop.FindAll(ctx, f.loopFile(f.volumes, key))
+	devs, err := loop.FindAll(ctx, f.loopFile(key))
 	if err != nil {
 		return err
 	}
@@ -479,7 +501,7 @@ func (f *File) ExpandVolume(ctx context.Context, key string, size int64) (*Volum
 // refreshLoop makes the volume's loop device, if it has one, as large as
 // the recorded size.
 func (f *File) refreshLoop(ctx context.Context, key string, size int64) error {
-	dev, err := loop.Find(ctx, f.loopFile(f.volumes, key))
+	dev, err := loop.Find(ctx, f.loopFile(key))
 	if err != nil || dev == "" {
 		return err
 	}
@@ -534,7 +556,7 @@ func (f *File) Attach(ctx context.Context, key string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dev, err := loop.Attach(ctx, f.loopFile(f.volumes, key))
+	dev, err := loop.Attach(ctx, f.loopFile(key))
 	if err != nil {
 		return "", err
 	}
@@ -545,12 +567,12 @@ func (f *File) Attach(ctx context.Context, key string) (string, error) {
 // filesystem is away (detached lazily after a failure), so that
 // NodeUnstageVolume can still free it.
 func (f *File) Device(ctx context.Context, key string) (string, error) {
-	return loop.Find(ctx, f.loopFile(f.volumes, key))
+	return loop.Find(ctx, f.loopFile(key))
 }
 
 // Detach implements Backend; it works while the disk is away, as Device.
 func (f *File) Detach(ctx context.Context, key string) error {
-	return loop.Detach(ctx, f.loopFile(f.volumes, key))
+	return loop.Detach(ctx, f.loopFile(key))
 }
 
 // Blank implements Backend: a preallocated file that was never written

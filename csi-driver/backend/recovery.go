@@ -60,8 +60,13 @@ func (f *File) recover(ctx context.Context, dir string) error {
 			// readable again (or removed by hand).
 			return fmt.Errorf("cannot tell whether %s is complete, keeping every file of the disk: %w", record, err)
 		case rec.State == StateReady:
-			if err := cutBack(ctx, f.loopFile(dir, key), rec.SizeBytes); err != nil {
-				return err
+			// Only an expansion grows a data file after it is made, and
+			// only volumes are expanded: a snapshot larger than its record
+			// holds what it copied and is never cut.
+			if dir == f.volumes {
+				if err := cutBack(ctx, f.loopFile(key), rec.SizeBytes); err != nil {
+					return err
+				}
 			}
 			continue
 		}

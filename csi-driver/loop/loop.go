@@ -59,10 +59,12 @@ func Find(ctx context.Context, file File) (string, error) {
 // "/mnt/disks/d1/volumes/x" once that mount was detached lazily (a failed
 // or pulled disk), also after the disk was mounted again, when the device
 // is still open on the old mount. So a device whose name ends in file.Name
-// is confirmed by the filesystem it reads from (LOOP_GET_STATUS64), with no
-// need to reach the file itself, which a lost disk no longer offers. A
-// device whose backing file was deleted (the kernel appends " (deleted)")
-// is never a match: its name may belong to a volume made since.
+// is confirmed with LOOP_GET_STATUS64, as losetup does: by the inode too
+// while file can be reached on its filesystem (another file of that name
+// on the disk, an admin's reflink backup, is not file), by the filesystem
+// alone while it cannot, as on a lost disk. A device whose backing file was
+// deleted (the kernel appends " (deleted)") is never a match: its name may
+// belong to a volume made since.
 func FindAll(_ context.Context, file File) ([]string, error) {
 	if !strings.HasPrefix(file.Name, "/") || !strings.HasSuffix(file.Path, file.Name) {
 		return nil, fmt.Errorf("loop: %q is not the name of %s below its mount point", file.Name, file.Path)
@@ -70,6 +72,12 @@ func FindAll(_ context.Context, file File) ([]string, error) {
 	entries, err := os.ReadDir(sysBlock)
 	if err != nil {
 		return nil, fmt.Errorf("listing block devices: %w", err)
+	}
+	// The inode to match, when the file is where it should be.
+	var ino uint64
+	var st unix.Stat_t
+	if err := unix.Stat(file.Path, &st); err == nil && st.Dev == file.Dev {
+		ino = st.Ino
 	}
 	var devs []string
 	buf := make([]byte, unix.PathMax+16)
@@ -90,7 +98,7 @@ func FindAll(_ context.Context, file File) ([]string, error) {
 			// It may be the one serving file: better no answer than "none".
 			return nil, fmt.Errorf("reading the backing file of %s: %w", dev, err)
 		}
-		if info.Device == file.Dev {
+		if info.Device == file.Dev && (ino == 0 || info.Inode == ino) {
 			devs = append(devs, dev)
 		}
 	}
