@@ -78,9 +78,11 @@ e2e: deps tools ## Run the end-to-end suite on a local cluster it starts (needs 
 	$(GO) test -count=1 -timeout 45m ./test/e2e $(if $(E2E_KUBECONFIG),-kubeconfig $(E2E_KUBECONFIG))
 
 .PHONY: bench
-bench: deps tools build ## Run every benchmark and print its tables (placement quality, scheduler plugin, driver, scheduling throughput, scheduler memory, time to bind). Needs root. Results: docs/benchmarks.md.
+bench: deps tools build ## Run every benchmark and print its tables (placement quality, placement under churn, scheduler plugin, driver, scheduling throughput, scheduler memory, time to bind). Needs root. Results: docs/benchmarks.md.
 	@echo "== Placement quality (simulation)"
 	$(GO) run ./test/bench/placement -seed 1 -nodes 100,1000
+	@echo "== Placement under churn (simulation)"
+	$(GO) run ./test/bench/placement -seed 1 -nodes 100 -churn-cycles 10
 	@echo "== DiskFit Filter/Score per node vs VolumeBinding"
 	$(GO) test ./scheduler-plugin/diskfit/ -run '^$$' -bench . -benchtime=1s -count=5 | python3 scheduler-plugin/hack/benchsummary.py
 	@echo "== Driver latency and throughput"

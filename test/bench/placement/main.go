@@ -5,6 +5,13 @@
 // no API server, the same seed gives the same tables.
 //
 //	go run ./test/bench/placement -seed 1 -nodes 100,1000
+//
+// With -churn-cycles N it runs the churn mode instead: StatefulSets
+// arrive, scale down and up and are deleted with their PVCs, for N
+// cluster-fill cycles, and each model's bytes placed are measured against
+// the bound over time (churn.go).
+//
+//	go run ./test/bench/placement -seed 1 -nodes 100 -churn-cycles 10
 package main
 
 import (
@@ -35,6 +42,12 @@ type Config struct {
 	MaxReschedules int
 	// SmallInstances is the number of small inputs solved exactly.
 	SmallInstances int
+	// ChurnCycles, when positive, runs the churn mode instead: that many
+	// cluster-fill cycles of deletions and arrivals per cluster size.
+	ChurnCycles int
+	// ChurnLoad is the demand the churn's arrivals keep up, over the
+	// cluster's free bytes.
+	ChurnLoad float64
 }
 
 func parseNodes(s string) ([]int, error) {
@@ -59,6 +72,8 @@ func main() {
 	flag.IntVar(&pct, "percentage-of-nodes-to-score", 0, "kube-scheduler's percentageOfNodesToScore (0: its adaptive default)")
 	flag.IntVar(&cfg.MaxReschedules, "max-reschedules", 10, "reschedules of one pod before it is left Pending")
 	flag.IntVar(&cfg.SmallInstances, "small", 100, "small inputs (3 nodes) solved exactly; 0 skips them")
+	flag.IntVar(&cfg.ChurnCycles, "churn-cycles", 0, "run the churn mode for this many cluster-fill cycles instead of one fill (0: one fill)")
+	flag.Float64Var(&cfg.ChurnLoad, "churn-load", 1.2, "churn mode: demand (bytes of existing claims) the arrivals keep up, over the cluster's free bytes")
 	flag.IntVar(&procs, "procs", 0, "models run side by side (0: GOMAXPROCS); the tables do not depend on it")
 	flag.Parse()
 	var err error
@@ -66,13 +81,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if cfg.Load <= 0 || pct < 0 || pct > 100 || cfg.MaxReschedules < 0 || cfg.SmallInstances < 0 {
+	if cfg.Load <= 0 || pct < 0 || pct > 100 || cfg.MaxReschedules < 0 || cfg.SmallInstances < 0 ||
+		cfg.ChurnCycles < 0 || cfg.ChurnLoad <= 0 {
 		fmt.Fprintln(os.Stderr, "-load must be positive, -percentage-of-nodes-to-score within 0..100, the rest not negative")
 		os.Exit(2)
 	}
 	cfg.PercentageOfNodesToScore = int32(pct)
 	if procs > 0 {
 		runtime.GOMAXPROCS(procs)
+	}
+	if cfg.ChurnCycles > 0 {
+		reportChurn(os.Stdout, cfg)
+		return
 	}
 	report(os.Stdout, cfg)
 }
@@ -106,11 +126,11 @@ var models = []modelSpec{
 	}},
 }
 
-// runAll runs every model on in, each on its own copy of the cluster and
+// eachModel runs every model on in, each on its own copy of the cluster and
 // with its own tie-break source, so running them side by side changes no
 // result, only the wall time of each.
-func runAll(in *Input, opts Options) []Result {
-	out := make([]Result, len(models))
+func eachModel[R any](in *Input, run func(name string, c *cluster, m model) R) []R {
+	out := make([]R, len(models))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	for i, spec := range models {
@@ -119,11 +139,83 @@ func runAll(in *Input, opts Options) []Result {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			c := newCluster(in)
-			out[i] = Run(spec.name, in, c, spec.make(in, c), opts)
+			out[i] = run(spec.name, c, spec.make(in, c))
 		}()
 	}
 	wg.Wait()
 	return out
+}
+
+// runAll runs every model on in.
+func runAll(in *Input, opts Options) []Result {
+	return eachModel(in, func(name string, c *cluster, m model) Result { return Run(name, in, c, m, opts) })
+}
+
+// runAllChurn replays the script with every model.
+func runAllChurn(sc *ChurnScript, opts Options) []ChurnResult {
+	return eachModel(sc.In, func(name string, c *cluster, m model) ChurnResult { return RunChurn(name, sc, m, c, opts) })
+}
+
+// churnSamplesPerCycle is how often a churn run is measured.
+const churnSamplesPerCycle = 4
+
+func reportChurn(w io.Writer, cfg Config) {
+	fmt.Fprintf(w, "churn: seed %d, %d cycles, demand %.2f of the free space, percentageOfNodesToScore %d, max reschedules %d, %s %s/%s, %d CPUs\n",
+		cfg.Seed, cfg.ChurnCycles, cfg.ChurnLoad, cfg.PercentageOfNodesToScore, cfg.MaxReschedules, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	for _, n := range cfg.Nodes {
+		start := time.Now()
+		sc := GenerateChurn(ChurnConfig{Nodes: n, Cycles: cfg.ChurnCycles, Load: cfg.ChurnLoad, SamplesPerCycle: churnSamplesPerCycle, Seed: cfg.Seed})
+		kinds := map[eventKind]int{}
+		for _, ev := range sc.Events {
+			kinds[ev.kind]++
+		}
+		fmt.Fprintf(w, "\n### Churn, %d nodes\n\n", n)
+		fmt.Fprintf(w, "%s TiB free at the start; %d StatefulSets arrived, %d deleted, %d scaled; %d samples.\n\n",
+			tib(sc.Cycle), kinds[evCreate], kinds[evDelete], kinds[evScale], kinds[evSample])
+		results := runAllChurn(sc, Options{PercentageOfNodesToScore: cfg.PercentageOfNodesToScore, MaxReschedules: cfg.MaxReschedules, Seed: cfg.Seed})
+		fmt.Fprintln(w, "| model | of bound, mean | of bound, lowest | of bound, end | ResourceExhausted | reschedules | largest hole share, end | TiB stranded, end (most) | pending, end | time |")
+		fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		for _, r := range results {
+			var sum float64
+			var most int64
+			for _, s := range r.Samples {
+				sum += float64(s.Placed) / float64(max(s.Bound, 1))
+				most = max(most, s.Stranded)
+			}
+			end := r.Samples[len(r.Samples)-1]
+			fmt.Fprintf(w, "| %s | %.2f%% | %.2f%% | %s | %d | %d | %.3f | %s (%s) | %d | %.1fs |\n",
+				r.Model, 100*sum/float64(len(r.Samples)), 100*r.MinOfBound(), pct(end.Placed, end.Bound),
+				r.ResourceExhausted, r.Reschedules, end.Fragmentation, tib(end.Stranded), tib(most), end.Pending, r.Elapsed.Seconds())
+		}
+		fmt.Fprintf(w, "\nBytes placed over the bound, per cycle (0: the end of the first fill):\n\n")
+		perCycle(w, results, nil, func(s ChurnSample) string { return pct(s.Placed, s.Bound) })
+		fmt.Fprintf(w, "\nBound (TiB) and largest hole share, per cycle:\n\n")
+		perCycle(w, results, func(s ChurnSample) string { return tib(s.Bound) },
+			func(s ChurnSample) string { return strconv.FormatFloat(s.Fragmentation, 'f', 3, 64) })
+		fmt.Fprintf(w, "\n(%.1fs for this cluster size)\n", time.Since(start).Seconds())
+	}
+}
+
+// perCycle prints a table with a column per cycle: a "bound" row when
+// bound is not nil, then cell of each model's samples.
+func perCycle(w io.Writer, results []ChurnResult, bound, cell func(ChurnSample) string) {
+	row := func(label string, samples []ChurnSample, cell func(ChurnSample) string) {
+		fmt.Fprintf(w, "| %s |", label)
+		for i, s := range samples {
+			if i%churnSamplesPerCycle == 0 {
+				fmt.Fprintf(w, " %s |", cell(s))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	row("model", results[0].Samples, func(s ChurnSample) string { return strconv.FormatFloat(s.Cycles, 'g', -1, 64) })
+	row("---", results[0].Samples, func(ChurnSample) string { return "---:" })
+	if bound != nil {
+		row("bound", results[0].Samples, bound)
+	}
+	for _, r := range results {
+		row(r.Model, r.Samples, cell)
+	}
 }
 
 func tib(b int64) string { return strconv.FormatFloat(float64(b)/float64(ti), 'f', 1, 64) }

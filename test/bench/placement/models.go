@@ -138,6 +138,12 @@ func (m *diskFitModel) provisioned(n, d int, c *packing.Claim) {
 	m.publish(n)
 }
 
+func (m *diskFitModel) deleted(n, d int, c *packing.Claim) {
+	m.l.DeletePV("pv-" + c.Key)
+	m.diskNodes[n].Status.Disks[d].FreeBytes += c.Size
+	m.publish(n)
+}
+
 // capacityModel is a scheduler that knows one or two numbers per node,
 // always current (the most generous assumption: a real
 // CSIStorageCapacity is up to a poll interval old), and leaves the disk
@@ -166,30 +172,56 @@ type capacityModel struct {
 }
 
 func (m *capacityModel) filter(n int, claims []packing.Claim) bool {
-	total, largest := m.c.capacity(n)
 	if m.joint {
-		var sum int64
-		for _, c := range claims {
-			sum += c.Size
+		// One sum per device class (TopoLVM's device classes).
+		for i, c := range claims {
+			if classSeen(claims[:i], c.DeviceClass) {
+				continue
+			}
+			var sum int64
+			for _, o := range claims[i:] {
+				if o.DeviceClass == c.DeviceClass {
+					sum += o.Size
+				}
+			}
+			if total, _ := m.c.capacity(n, c.DeviceClass); sum > total {
+				return false
+			}
 		}
-		return sum <= total
+		return true
 	}
 	for _, c := range claims {
-		if c.Size > largest {
+		if _, largest := m.c.capacity(n, c.DeviceClass); c.Size > largest {
 			return false
 		}
 	}
 	return true
 }
 
+// classSeen reports whether a claim of claims has the device class.
+func classSeen(claims []packing.Claim, class string) bool {
+	for _, c := range claims {
+		if c.DeviceClass == class {
+			return true
+		}
+	}
+	return false
+}
+
+// score takes the pod's requested bytes over the capacity of the
+// StorageClasses (device classes) it requests; with one class, as in the
+// churn-free runs, this is VolumeBinding's score exactly.
 func (m *capacityModel) score(n int, claims []packing.Claim) int64 {
 	if m.unscored {
 		return 0
 	}
-	total, _ := m.c.capacity(n)
-	var requested int64
-	for _, c := range claims {
+	var requested, total int64
+	for i, c := range claims {
 		requested += c.Size
+		if !classSeen(claims[:i], c.DeviceClass) {
+			t, _ := m.c.capacity(n, c.DeviceClass)
+			total += t
+		}
 	}
 	return volumeBindingScore(requested, total)
 }
@@ -209,3 +241,4 @@ func volumeBindingScore(requested, capacity int64) int64 {
 func (m *capacityModel) reserve(*Pod, int, []packing.Claim) []int { return nil }
 func (m *capacityModel) unreserve(*Pod)                           {}
 func (m *capacityModel) provisioned(int, int, *packing.Claim)     {}
+func (m *capacityModel) deleted(int, int, *packing.Claim)         {}

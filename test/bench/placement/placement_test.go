@@ -308,14 +308,20 @@ func TestBinPack(t *testing.T) {
 	}
 }
 
-// TestReport runs the command's whole output path on a small cluster.
+// TestReport runs the command's whole output path on a small cluster,
+// in both modes.
 func TestReport(t *testing.T) {
-	var b strings.Builder
+	var b, churn strings.Builder
 	report(&b, Config{Seed: 1, Nodes: []int{20}, Load: 1.5, MaxReschedules: 10, SmallInstances: 3})
-	out := b.String()
-	for _, want := range []string{"### 20 nodes", "| DiskFit (MostAllocated, default) |", "### Small inputs against the exact optimum"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
+	reportChurn(&churn, Config{Seed: 1, Nodes: []int{10}, MaxReschedules: 10, ChurnCycles: 1, ChurnLoad: 1.2})
+	for out, wants := range map[string][]string{
+		b.String():     {"### 20 nodes", "| DiskFit (MostAllocated, default) |", "### Small inputs against the exact optimum"},
+		churn.String(): {"### Churn, 10 nodes", "| DiskFit (MostAllocated, default) |", "| bound |", "| model | 0 | 1 |"},
+	} {
+		for _, want := range wants {
+			if !strings.Contains(out, want) {
+				t.Errorf("report lacks %q:\n%s", want, out)
+			}
 		}
 	}
 }

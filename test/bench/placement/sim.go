@@ -23,6 +23,9 @@ type model interface {
 	// provisioned reports a volume made on node n, disk d: the PV and the
 	// node plugin's DiskNode update the scheduler then sees.
 	provisioned(n, d int, c *packing.Claim)
+	// deleted reports a volume deleted from node n, disk d: the PV's
+	// deletion and the node plugin's DiskNode update.
+	deleted(n, d int, c *packing.Claim)
 }
 
 // cluster is the truth: what every disk really has free, which is what
@@ -52,11 +55,15 @@ func (c *cluster) disks(n int, buf []packing.Disk) []packing.Disk {
 	return buf
 }
 
-// capacity is what the driver's GetCapacity publishes for node n:
+// capacity is what the driver's GetCapacity publishes for node n and a
+// StorageClass of the device class ("" for any disk):
 // CSIStorageCapacity.capacity (total free) and maximumVolumeSize (largest
-// single-disk free).
-func (c *cluster) capacity(n int) (total, largest int64) {
-	for _, f := range c.free[n] {
+// single-disk free), over the disks of that class.
+func (c *cluster) capacity(n int, class string) (total, largest int64) {
+	for j, f := range c.free[n] {
+		if class != "" && c.in.Nodes[n].Disks[j].DeviceClass != class {
+			continue
+		}
 		total += f
 		largest = max(largest, f)
 	}
@@ -64,17 +71,35 @@ func (c *cluster) capacity(n int) (total, largest int64) {
 }
 
 // bestFitDisk is the driver's own choice for a volume without a disk
-// annotation (csi-driver/driver/placement.go placeVolume): the disk with
-// the least free space that still holds the volume, the first on ties;
-// -1 is ResourceExhausted.
-func (c *cluster) bestFitDisk(n int, size int64) int {
+// annotation (csi-driver/driver/placement.go placeVolume): the disk of
+// the claim's device class with the least free space that still holds the
+// volume, the first on ties; -1 is ResourceExhausted.
+func (c *cluster) bestFitDisk(n int, cl *packing.Claim) int {
 	best := -1
 	for j, f := range c.free[n] {
-		if f >= size && (best < 0 || f < c.free[n][best]) {
+		if f >= cl.Size && (cl.DeviceClass == "" || c.in.Nodes[n].Disks[j].DeviceClass == cl.DeviceClass) &&
+			(best < 0 || f < c.free[n][best]) {
 			best = j
 		}
 	}
 	return best
+}
+
+// fragmentation is the share of the free space that lies in each node's
+// largest hole: Σ over nodes of the largest free disk over Σ of all free.
+// 1 means every node's free space is in one disk; the lower it is, the
+// more free space is scattered over holes a large claim cannot use.
+func (c *cluster) fragmentation() float64 {
+	var largest, total int64
+	for n := range c.free {
+		t, l := c.capacity(n, "")
+		total += t
+		largest += l
+	}
+	if total == 0 {
+		return 1
+	}
+	return float64(largest) / float64(total)
 }
 
 // Options configure a run.
@@ -205,66 +230,13 @@ func Run(name string, in *Input, c *cluster, m model, opts Options) Result {
 	var pending []int
 	var requested int64
 	res.FirstPendingAt = -1
-	remaining := make([]packing.Claim, 0, 8)
+	st := podState{}
 	for pi := range in.Pods {
 		pod := &in.Pods[pi]
 		requested += pod.Bytes()
-		remaining = append(remaining[:0], pod.Claims...)
-		pinned := -1
-		var skip map[int]bool
-		var made int64
-		placed := false
-		for attempt := 0; ; attempt++ {
-			n := s.schedule(m, len(in.Nodes), remaining, skip, pinned)
-			if n < 0 {
-				break
-			}
-			chosen := m.reserve(pod, n, remaining)
-			failed := remaining[:0:0]
-			for ci := range remaining {
-				cl := &remaining[ci]
-				d := -1
-				if chosen != nil {
-					// The driver honours the annotated disk or refuses.
-					if d = chosen[ci]; c.free[n][d] < cl.Size {
-						d = -1
-					}
-				} else {
-					d = c.bestFitDisk(n, cl.Size)
-				}
-				if d < 0 {
-					res.ResourceExhausted++
-					failed = append(failed, *cl)
-					continue
-				}
-				c.free[n][d] -= cl.Size
-				made += cl.Size
-				m.provisioned(n, d, cl)
-			}
-			if len(failed) == 0 {
-				placed = true
-				break
-			}
-			m.unreserve(pod)
-			if attempt >= opts.MaxReschedules {
-				break
-			}
-			res.Reschedules++
-			if len(failed) < len(remaining) {
-				// Bound local PVs pin the pod to this node.
-				pinned = n
-			} else {
-				// Nothing was made: external-provisioner drops
-				// selected-node and the scheduler tries again. A real
-				// scheduler would see the same inputs and could pick the
-				// same node again; skipping it is generous to the model.
-				if skip == nil {
-					skip = map[int]bool{}
-				}
-				skip[n] = true
-			}
-			remaining = append(remaining[:0], failed...)
-		}
+		st.reset(pod)
+		placed := st.try(s, m, c, pod, opts.MaxReschedules, &res)
+		made := st.made
 		if placed {
 			res.Placed++
 			res.PlacedBytes += pod.Bytes()
@@ -283,6 +255,87 @@ func Run(name string, in *Input, c *cluster, m model, opts Options) Result {
 	res.PendingCouldFit = couldFit(in, c, pending)
 	res.Elapsed = time.Since(start)
 	return res
+}
+
+// volume is one made volume: its claim and where it is.
+type volume struct {
+	claim packing.Claim
+	n, d  int
+}
+
+// podState is what one pod has so far: the claims still without a volume,
+// the volumes made, and the node they pin the pod to (-1: none yet).
+type podState struct {
+	remaining []packing.Claim
+	made      int64
+	vols      []volume
+	pinned    int
+}
+
+// reset starts a pod with no volume made.
+func (st *podState) reset(pod *Pod) {
+	st.remaining = append(st.remaining[:0], pod.Claims...)
+	st.made, st.vols, st.pinned = 0, st.vols[:0], -1
+}
+
+// try schedules the pod's remaining claims and makes their volumes as the
+// driver would, rescheduling up to maxReschedules times after a
+// ResourceExhausted; it reports whether every claim now has a volume.
+func (st *podState) try(s *scheduler, m model, c *cluster, pod *Pod, maxReschedules int, res *Result) bool {
+	var skip map[int]bool
+	for attempt := 0; ; attempt++ {
+		n := s.schedule(m, len(c.in.Nodes), st.remaining, skip, st.pinned)
+		if n < 0 {
+			return false
+		}
+		chosen := m.reserve(pod, n, st.remaining)
+		failed := st.remaining[:0:0]
+		for ci := range st.remaining {
+			cl := &st.remaining[ci]
+			d := -1
+			if chosen != nil {
+				// The driver honours the annotated disk or refuses.
+				if d = chosen[ci]; c.free[n][d] < cl.Size {
+					d = -1
+				}
+			} else {
+				d = c.bestFitDisk(n, cl)
+			}
+			if d < 0 {
+				res.ResourceExhausted++
+				failed = append(failed, *cl)
+				continue
+			}
+			c.free[n][d] -= cl.Size
+			st.made += cl.Size
+			st.vols = append(st.vols, volume{claim: *cl, n: n, d: d})
+			m.provisioned(n, d, cl)
+		}
+		if len(failed) == 0 {
+			st.remaining = st.remaining[:0]
+			return true
+		}
+		m.unreserve(pod)
+		if attempt >= maxReschedules {
+			st.remaining = append(st.remaining[:0], failed...)
+			return false
+		}
+		res.Reschedules++
+		if len(failed) < len(st.remaining) {
+			// Bound local PVs pin the pod to this node.
+			st.pinned = n
+		} else {
+			// Nothing was made: external-provisioner drops
+			// selected-node and the scheduler tries again. A real
+			// scheduler would see the same inputs and could pick the
+			// same node again; skipping it is generous to the model.
+			if skip == nil {
+				skip = map[int]bool{}
+			}
+			skip[n] = true
+		}
+		st.remaining = append(st.remaining[:0], failed...)
+	}
 }
 
 // couldFit counts the pods whose claims all fit together on some node of
