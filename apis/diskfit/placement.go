@@ -83,9 +83,25 @@ func PVCLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
 	if pvc.Spec.VolumeName != "" {
 		return Location{}, false
 	}
+	loc, ok := SelectedLocation(pvc)
+	if !ok || ValidateDiskName(loc.Disk) != nil {
+		return Location{}, false
+	}
+	return loc, true
+}
+
+// SelectedLocation returns the node and disk a PVC's annotations name
+// (SelectedNodeAnnotation, SelectedDiskAnnotation), the disk as written,
+// and false when they name none that counts: no disk, or no node. A disk
+// annotation without selected-node is left over from before a reschedule
+// (external-provisioner removed selected-node) and no longer counts.
+// PVCLocation, which the scheduler side counts, also wants the claim
+// unbound and the disk name well-formed; the driver refuses a malformed one
+// (ResourceExhausted) so that the claim is placed again.
+func SelectedLocation(pvc *v1.PersistentVolumeClaim) (Location, bool) {
 	node := pvc.Annotations[SelectedNodeAnnotation]
 	disk := pvc.Annotations[SelectedDiskAnnotation]
-	if node == "" || ValidateDiskName(disk) != nil {
+	if node == "" || disk == "" {
 		return Location{}, false
 	}
 	return Location{Node: node, Disk: disk}, true

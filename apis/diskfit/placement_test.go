@@ -3,6 +3,9 @@ package diskfit
 import (
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestValidateDiskName(t *testing.T) {
@@ -38,5 +41,86 @@ func TestValidateDiskName(t *testing.T) {
 				t.Fatalf("ValidateDiskName(%q) = %v, want error containing %q", tt.disk, err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestPVCLocation(t *testing.T) {
+	claim := func(node, disk, volume string) *v1.PersistentVolumeClaim {
+		pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}}, Spec: v1.PersistentVolumeClaimSpec{VolumeName: volume}}
+		if node != "" {
+			pvc.Annotations[SelectedNodeAnnotation] = node
+		}
+		if disk != "" {
+			pvc.Annotations[SelectedDiskAnnotation] = disk
+		}
+		return pvc
+	}
+	tests := []struct {
+		name string
+		pvc  *v1.PersistentVolumeClaim
+		// selected is what SelectedLocation says, placed what
+		// PVCLocation says.
+		selected, placed bool
+	}{
+		{name: "placed", pvc: claim("node-a", "nvme0", ""), selected: true, placed: true},
+		{name: "no annotations", pvc: claim("", "", "")},
+		{name: "node only", pvc: claim("node-a", "", "")},
+		// A reschedule removed selected-node: the disk no longer counts.
+		{name: "stale disk", pvc: claim("", "nvme0", "")},
+		// Names no disk: the scheduler places the claim again, the driver
+		// refuses it.
+		{name: "malformed disk", pvc: claim("node-a", "../etc", ""), selected: true},
+		{name: "dot dot disk", pvc: claim("node-a", "a..b", ""), selected: true},
+		// A bound claim's volume is where its PV says.
+		{name: "bound", pvc: claim("node-a", "nvme0", "pv-1"), selected: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := Location{Node: tt.pvc.Annotations[SelectedNodeAnnotation], Disk: tt.pvc.Annotations[SelectedDiskAnnotation]}
+			loc, ok := SelectedLocation(tt.pvc)
+			if ok != tt.selected || (ok && loc != want) || (!ok && loc != Location{}) {
+				t.Fatalf("SelectedLocation = %+v, %v; want %+v, %v", loc, ok, want, tt.selected)
+			}
+			loc, ok = PVCLocation(tt.pvc)
+			if ok != tt.placed || (ok && loc != want) || (!ok && loc != Location{}) {
+				t.Fatalf("PVCLocation = %+v, %v; want %+v, %v", loc, ok, want, tt.placed)
+			}
+		})
+	}
+}
+
+func TestPVLocation(t *testing.T) {
+	volume := func(driver, disk string, exprs ...v1.NodeSelectorRequirement) *v1.PersistentVolume {
+		pv := &v1.PersistentVolume{Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
+			CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeAttributes: map[string]string{VolumeContextDiskKey: disk}},
+		}}}
+		if len(exprs) > 0 {
+			pv.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: exprs}}}}
+		}
+		return pv
+	}
+	on := func(key string, op v1.NodeSelectorOperator, values ...string) v1.NodeSelectorRequirement {
+		return v1.NodeSelectorRequirement{Key: key, Operator: op, Values: values}
+	}
+	tests := []struct {
+		name string
+		pv   *v1.PersistentVolume
+		want Location
+		ok   bool
+	}{
+		{name: "diskfit", pv: volume(DriverName, "nvme0", on(TopologyKey, v1.NodeSelectorOpIn, "node-a")), want: Location{Node: "node-a", Disk: "nvme0"}, ok: true},
+		{name: "other keys first", pv: volume(DriverName, "nvme0", on("zone", v1.NodeSelectorOpIn, "z1"), on(TopologyKey, v1.NodeSelectorOpIn, "node-a")), want: Location{Node: "node-a", Disk: "nvme0"}, ok: true},
+		{name: "another driver", pv: volume("other.csi", "nvme0", on(TopologyKey, v1.NodeSelectorOpIn, "node-a"))},
+		{name: "not CSI", pv: &v1.PersistentVolume{}},
+		{name: "no node affinity", pv: volume(DriverName, "nvme0")},
+		{name: "two nodes", pv: volume(DriverName, "nvme0", on(TopologyKey, v1.NodeSelectorOpIn, "node-a", "node-b"))},
+		{name: "not In", pv: volume(DriverName, "nvme0", on(TopologyKey, v1.NodeSelectorOpNotIn, "node-a"))},
+		{name: "no disk", pv: volume(DriverName, "", on(TopologyKey, v1.NodeSelectorOpIn, "node-a"))},
+		{name: "malformed disk", pv: volume(DriverName, "a/b", on(TopologyKey, v1.NodeSelectorOpIn, "node-a"))},
+	}
+	for _, tt := range tests {
+		if loc, ok := PVLocation(tt.pv); ok != tt.ok || loc != tt.want {
+			t.Errorf("%s: PVLocation = %+v, %v; want %+v, %v", tt.name, loc, ok, tt.want, tt.ok)
+		}
 	}
 }

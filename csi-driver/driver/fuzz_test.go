@@ -99,7 +99,7 @@ func FuzzSelectedDisk(f *testing.F) {
 		if withDisk {
 			ann[diskfit.SelectedDiskAnnotation] = disk
 		}
-		got, err := selectedDisk(ann, testNode)
+		got, err := selectedDisk(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: ann}}, testNode)
 		if err != nil {
 			if c := status.Code(err); c != codes.InvalidArgument && c != codes.ResourceExhausted {
 				t.Fatalf("selectedDisk(%q, %q) = code %s", node, disk, c)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
@@ -123,36 +124,31 @@ func (d *Driver) annotatedDisk(ctx context.Context, params map[string]string) (s
 	if err != nil {
 		return "", status.Errorf(codes.Unavailable, "reading PVC %s/%s: %v", ns, name, err)
 	}
-	diskName, err := selectedDisk(pvc.Annotations, d.cfg.NodeID)
+	diskName, err := selectedDisk(pvc, d.cfg.NodeID)
 	if err != nil {
 		return "", status.Errorf(status.Code(err), "PVC %s/%s: %s", ns, name, status.Convert(err).Message())
 	}
 	return diskName, nil
 }
 
-// selectedDisk reads the scheduler's disk choice from a PVC's annotations:
-// "" when there is none that counts, InvalidArgument when the PVC is
-// scheduled to another node. A disk name that is not well-formed is
-// ResourceExhausted like an unknown disk: it cannot name a disk here, and
-// that answer makes external-provisioner drop selected-node so the
-// scheduler writes a fresh annotation.
-func selectedDisk(annotations map[string]string, nodeID string) (string, error) {
-	diskName := annotations[diskfit.SelectedDiskAnnotation]
-	node := annotations[diskfit.SelectedNodeAnnotation]
+// selectedDisk reads the scheduler's disk choice from a PVC
+// (diskfit.SelectedLocation): "" when there is none that counts,
+// InvalidArgument when the PVC is scheduled to another node. A disk name
+// that is not well-formed is ResourceExhausted like an unknown disk: it
+// cannot name a disk here, and that answer makes external-provisioner drop
+// selected-node so the scheduler writes a fresh annotation.
+func selectedDisk(pvc *corev1.PersistentVolumeClaim, nodeID string) (string, error) {
+	loc, ok := diskfit.SelectedLocation(pvc)
 	switch {
-	case diskName == "":
+	case !ok:
 		return "", nil
-	case node == "":
-		// Left over from before a reschedule, which removed selected-node:
-		// the design says such an annotation no longer counts.
-		return "", nil
-	case node != nodeID:
-		return "", status.Errorf(codes.InvalidArgument, "scheduled to node %s (disk %q), not to this node %s", node, diskName, nodeID)
+	case loc.Node != nodeID:
+		return "", status.Errorf(codes.InvalidArgument, "scheduled to node %s (disk %q), not to this node %s", loc.Node, loc.Disk, nodeID)
 	}
-	if err := diskfit.ValidateDiskName(diskName); err != nil {
-		return "", status.Errorf(codes.ResourceExhausted, "disk %q chosen for the volume does not exist on node %s: %v", diskName, nodeID, err)
+	if err := diskfit.ValidateDiskName(loc.Disk); err != nil {
+		return "", status.Errorf(codes.ResourceExhausted, "disk %q chosen for the volume does not exist on node %s: %v", loc.Disk, nodeID, err)
 	}
-	return diskName, nil
+	return loc.Disk, nil
 }
 
 // GetCapacity implements csi.ControllerServer: available_capacity is the

@@ -7,6 +7,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
@@ -41,7 +42,7 @@ func TestSelectedDisk(t *testing.T) {
 			if tt.disk != "" {
 				ann[diskfit.SelectedDiskAnnotation] = tt.disk
 			}
-			got, err := selectedDisk(ann, testNode)
+			got, err := selectedDisk(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: ann}}, testNode)
 			if c := status.Code(err); c != tt.wantCode || !strings.Contains(status.Convert(err).Message(), tt.wantMessage) {
 				t.Fatalf("selectedDisk = %q, %v; want code %s with %q", got, err, tt.wantCode, tt.wantMessage)
 			}

@@ -290,7 +290,7 @@ func skipDiskFitPVs(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 func (pl *DiskFit) skipDiskFitCapacities(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 	return func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 		if c, ok := newObj.(*storagev1.CSIStorageCapacity); ok {
-			if sc, err := pl.scLister.Get(c.StorageClassName); err == nil && sc.Provisioner == diskfit.DriverName {
+			if sc, err := pl.scLister.Get(c.StorageClassName); err == nil && diskfit.IsDiskFitClass(sc) {
 				return fwk.QueueSkip, nil
 			}
 		}

@@ -258,7 +258,7 @@ func (pl *DiskFit) claimFor(pvc *v1.PersistentVolumeClaim) (packing.Claim, error
 	if err != nil {
 		return packing.Claim{}, fmt.Errorf("reading StorageClass %s: %w", className, err)
 	}
-	if sc.Provisioner != diskfit.DriverName {
+	if !diskfit.IsDiskFitClass(sc) {
 		return packing.Claim{}, errNotDiskFit
 	}
 	return packing.Claim{

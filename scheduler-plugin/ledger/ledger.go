@@ -493,7 +493,7 @@ func (l *Ledger) setPlaced(key, class string, u usage, ok bool) {
 func (l *Ledger) SetStorageClass(sc *storagev1.StorageClass) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.setClass(sc.Name, sc.Provisioner == diskfit.DriverName)
+	return l.setClass(sc.Name, diskfit.IsDiskFitClass(sc))
 }
 
 // DeleteStorageClass forgets a StorageClass: the annotated PVCs that name

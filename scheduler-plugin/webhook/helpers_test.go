@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
+
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 const (
@@ -38,7 +40,7 @@ func storageClass(name, provisioner string) *storagev1.StorageClass {
 
 func defaultStorageClass(name, provisioner string, created time.Time) *storagev1.StorageClass {
 	sc := storageClass(name, provisioner)
-	sc.Annotations = map[string]string{isDefaultClassAnnotation: "true"}
+	sc.Annotations = map[string]string{diskfit.IsDefaultClassAnnotation: "true"}
 	sc.CreationTimestamp = metav1.NewTime(created)
 	return sc
 }

@@ -4,18 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	v1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	storagelisters "k8s.io/client-go/listers/storage/v1"
-	volumeutil "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -29,13 +26,6 @@ import (
 const (
 	OptOutKey   = diskfit.GroupName + "/scheduler"
 	OptOutValue = "skip"
-)
-
-// Default StorageClass annotations, as the DefaultStorageClass admission
-// plugin reads them.
-const (
-	isDefaultClassAnnotation     = "storageclass.kubernetes.io/is-default-class"
-	betaIsDefaultClassAnnotation = "storageclass.beta.kubernetes.io/is-default-class"
 )
 
 // Outcomes of an admission request, the values of the metric's "outcome"
@@ -151,23 +141,14 @@ func (m *mutator) claim(ctx context.Context, namespace, name string) (*v1.Persis
 	return claim, err
 }
 
-// claimClass is the class of a claim: the one it names (in the spec or the
-// beta annotation), or the default class when it names none and is not
-// bound yet. "" means no class: a claim without a class that is bound went
-// to a volume without a class, while an unbound one gets the default class,
-// now or once there is one.
+// claimClass is the class of a claim (diskfit.ClaimClass), with the
+// cluster's default class for a claim that names none and is not bound.
 func (m *mutator) claimClass(claim *v1.PersistentVolumeClaim) (string, error) {
-	if volumeutil.PersistentVolumeClaimHasClass(claim) {
-		return volumeutil.GetPersistentVolumeClaimClass(claim), nil
-	}
-	if claim.Spec.VolumeName != "" {
-		return "", nil
-	}
 	classes, err := m.classes.List(labels.Everything())
 	if err != nil {
 		return "", fmt.Errorf("listing StorageClasses: %w", err)
 	}
-	return defaultClass(classes), nil
+	return diskfit.ClaimClass(claim, diskfit.DefaultClass(classes)), nil
 }
 
 func (m *mutator) isDiskFitClass(ctx context.Context, name string) (bool, error) {
@@ -181,28 +162,5 @@ func (m *mutator) isDiskFitClass(ctx context.Context, name string) (bool, error)
 	if err != nil {
 		return false, fmt.Errorf("reading StorageClass %s: %w", name, err)
 	}
-	return class.Provisioner == diskfit.DriverName, nil
-}
-
-// defaultClass picks the default StorageClass the way the
-// DefaultStorageClass admission plugin does: among the classes annotated
-// as default, the newest, then the first by name. "" when there is none.
-func defaultClass(classes []*storagev1.StorageClass) string {
-	var defaults []*storagev1.StorageClass
-	for _, c := range classes {
-		if c.Annotations[isDefaultClassAnnotation] == "true" || c.Annotations[betaIsDefaultClassAnnotation] == "true" {
-			defaults = append(defaults, c)
-		}
-	}
-	if len(defaults) == 0 {
-		return ""
-	}
-	sort.Slice(defaults, func(i, j int) bool {
-		ti, tj := defaults[i].CreationTimestamp.UnixNano(), defaults[j].CreationTimestamp.UnixNano()
-		if ti != tj {
-			return ti > tj
-		}
-		return defaults[i].Name < defaults[j].Name
-	})
-	return defaults[0].Name
+	return diskfit.IsDiskFitClass(class), nil
 }

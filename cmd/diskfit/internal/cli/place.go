@@ -22,9 +22,6 @@ import (
 	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
-// defaultClassAnnotation marks a cluster's default StorageClass.
-const defaultClassAnnotation = "storageclass.kubernetes.io/is-default-class"
-
 // clusterState is what the scheduler knows when it places a pod: the ledger fed
 // from DiskNodes, PVs and PVCs exactly as DiskFit feeds it, the nodes, and
 // the StorageClasses.
@@ -84,22 +81,16 @@ func loadCluster(ctx context.Context, c *Clients) (*clusterState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing StorageClasses: %w", err)
 	}
-	var newest *storagev1.StorageClass
+	all := make([]*storagev1.StorageClass, 0, len(classes.Items))
 	for i := range classes.Items {
 		sc := &classes.Items[i]
 		cl.classes[sc.Name] = sc
+		all = append(all, sc)
 		// Placed claims count only when their class is diskfit's, as in
 		// the scheduler.
 		cl.ledger.SetStorageClass(sc)
-		// The API server's admission picks the newest default class.
-		if sc.Annotations[defaultClassAnnotation] == "true" &&
-			(newest == nil || newest.CreationTimestamp.Before(&sc.CreationTimestamp)) {
-			newest = sc
-		}
 	}
-	if newest != nil {
-		cl.defaultClass = newest.Name
-	}
+	cl.defaultClass = diskfit.DefaultClass(all)
 	return cl, nil
 }
 
@@ -201,10 +192,7 @@ func (cl *clusterState) existingLocation(pvc *corev1.PersistentVolumeClaim) (loc
 // the claim alone. A class that does not exist is an error, as it keeps the
 // pod from being scheduled at all.
 func (cl *clusterState) storageClass(pvc *corev1.PersistentVolumeClaim) (*storagev1.StorageClass, string, error) {
-	name := storagehelpers.GetPersistentVolumeClaimClass(pvc)
-	if name == "" && pvc.Spec.StorageClassName == nil {
-		name = cl.defaultClass
-	}
+	name := diskfit.ClaimClass(pvc, cl.defaultClass)
 	if name == "" {
 		return &storagev1.StorageClass{}, "no StorageClass and no default class", nil
 	}
@@ -212,7 +200,7 @@ func (cl *clusterState) storageClass(pvc *corev1.PersistentVolumeClaim) (*storag
 	if sc == nil {
 		return nil, "", fmt.Errorf("StorageClass %q not found", name)
 	}
-	if sc.Provisioner != diskfit.DriverName {
+	if !diskfit.IsDiskFitClass(sc) {
 		return sc, fmt.Sprintf("StorageClass %s is provisioned by %s, not %s", sc.Name, sc.Provisioner, diskfit.DriverName), nil
 	}
 	return sc, "", nil

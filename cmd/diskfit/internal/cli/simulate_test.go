@@ -43,7 +43,7 @@ func diskfitClass(name, deviceClass string) *storagev1.StorageClass {
 // provisioner, as many clusters have.
 func classes() []runtime.Object {
 	standard := &storagev1.StorageClass{
-		ObjectMeta:  metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{defaultClassAnnotation: "true"}},
+		ObjectMeta:  metav1.ObjectMeta{Name: "standard", Annotations: map[string]string{diskfit.IsDefaultClassAnnotation: "true"}},
 		Provisioner: "rancher.io/local-path",
 	}
 	return []runtime.Object{diskfitClass("diskfit", ""), diskfitClass("diskfit-ssd", "ssd"), diskfitClass("diskfit-nvme", "nvme"), standard}
