@@ -42,15 +42,20 @@ type Location struct {
 	Disk string
 }
 
+// IsDiskFitPV reports whether pv is a volume of the diskfit driver,
+// wherever it says it lives.
+func IsDiskFitPV(pv *v1.PersistentVolume) bool {
+	return pv.Spec.CSI != nil && pv.Spec.CSI.Driver == DriverName
+}
+
 // PVLocation returns where a diskfit PV lives, and false for PVs of other
 // drivers or without a well-formed disk name (one that no DiskNode can
 // hold counts against nothing).
 func PVLocation(pv *v1.PersistentVolume) (Location, bool) {
-	csi := pv.Spec.CSI
-	if csi == nil || csi.Driver != DriverName {
+	if !IsDiskFitPV(pv) {
 		return Location{}, false
 	}
-	disk := csi.VolumeAttributes[VolumeContextDiskKey]
+	disk := pv.Spec.CSI.VolumeAttributes[VolumeContextDiskKey]
 	if ValidateDiskName(disk) != nil {
 		return Location{}, false
 	}

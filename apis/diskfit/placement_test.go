@@ -107,11 +107,13 @@ func TestPVLocation(t *testing.T) {
 		pv   *v1.PersistentVolume
 		want Location
 		ok   bool
+		// notOurs: IsDiskFitPV is false as well.
+		notOurs bool
 	}{
 		{name: "diskfit", pv: volume(DriverName, "nvme0", on(TopologyKey, v1.NodeSelectorOpIn, "node-a")), want: Location{Node: "node-a", Disk: "nvme0"}, ok: true},
 		{name: "other keys first", pv: volume(DriverName, "nvme0", on("zone", v1.NodeSelectorOpIn, "z1"), on(TopologyKey, v1.NodeSelectorOpIn, "node-a")), want: Location{Node: "node-a", Disk: "nvme0"}, ok: true},
-		{name: "another driver", pv: volume("other.csi", "nvme0", on(TopologyKey, v1.NodeSelectorOpIn, "node-a"))},
-		{name: "not CSI", pv: &v1.PersistentVolume{}},
+		{name: "another driver", pv: volume("other.csi", "nvme0", on(TopologyKey, v1.NodeSelectorOpIn, "node-a")), notOurs: true},
+		{name: "not CSI", pv: &v1.PersistentVolume{}, notOurs: true},
 		{name: "no node affinity", pv: volume(DriverName, "nvme0")},
 		{name: "two nodes", pv: volume(DriverName, "nvme0", on(TopologyKey, v1.NodeSelectorOpIn, "node-a", "node-b"))},
 		{name: "not In", pv: volume(DriverName, "nvme0", on(TopologyKey, v1.NodeSelectorOpNotIn, "node-a"))},
@@ -121,6 +123,9 @@ func TestPVLocation(t *testing.T) {
 	for _, tt := range tests {
 		if loc, ok := PVLocation(tt.pv); ok != tt.ok || loc != tt.want {
 			t.Errorf("%s: PVLocation = %+v, %v; want %+v, %v", tt.name, loc, ok, tt.want, tt.ok)
+		}
+		if got := IsDiskFitPV(tt.pv); got == tt.notOurs {
+			t.Errorf("%s: IsDiskFitPV = %v, want %v", tt.name, got, !tt.notOurs)
 		}
 	}
 }

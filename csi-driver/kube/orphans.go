@@ -59,11 +59,10 @@ func NewOrphanFinder(client kubernetes.Interface, dyn dynamic.Interface, factory
 }
 
 func volumeHandle(pv *corev1.PersistentVolume) (string, bool) {
-	csi := pv.Spec.CSI
-	if csi == nil || csi.Driver != diskfit.DriverName {
+	if !diskfit.IsDiskFitPV(pv) {
 		return "", false
 	}
-	return csi.VolumeHandle, true
+	return pv.Spec.CSI.VolumeHandle, true
 }
 
 // OnVolumeHandle calls fn with the volume handle of every PV of this

@@ -274,7 +274,7 @@ func (pl *DiskFit) pvcUpdateHint(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 // of other drivers and skips diskfit's.
 func skipDiskFitPVs(vbHint fwk.QueueingHintFn) fwk.QueueingHintFn {
 	return func(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-		if pv, ok := newObj.(*v1.PersistentVolume); ok && pv.Spec.CSI != nil && pv.Spec.CSI.Driver == diskfit.DriverName {
+		if pv, ok := newObj.(*v1.PersistentVolume); ok && diskfit.IsDiskFitPV(pv) {
 			logger.V(5).Info("diskfit PV added or updated, which frees no space", "pod", klog.KObj(pod), "pv", klog.KObj(pv))
 			return fwk.QueueSkip, nil
 		}

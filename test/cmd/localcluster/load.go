@@ -428,21 +428,15 @@ func startPVTracker(ctx context.Context, l *loadRun) (*pvTracker, error) {
 	return t, nil
 }
 
-// volumeDisk returns the node and disk of a diskfit PV and its size.
+// volumeDisk returns the node and disk of a diskfit PV (diskfit.PVLocation)
+// and its size.
 func volumeDisk(pv *v1.PersistentVolume) (diskKey, int64, bool) {
-	if pv.Spec.CSI == nil || pv.Spec.CSI.Driver != diskfit.DriverName || pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+	loc, ok := diskfit.PVLocation(pv)
+	if !ok {
 		return diskKey{}, 0, false
 	}
-	key := diskKey{disk: pv.Spec.CSI.VolumeAttributes[diskfit.VolumeContextDiskKey]}
-	for _, term := range pv.Spec.NodeAffinity.Required.NodeSelectorTerms {
-		for _, expr := range term.MatchExpressions {
-			if expr.Key == diskfit.TopologyKey && len(expr.Values) == 1 {
-				key.node = expr.Values[0]
-			}
-		}
-	}
 	capacity := pv.Spec.Capacity[v1.ResourceStorage]
-	return key, capacity.Value(), key.node != "" && key.disk != ""
+	return diskKey{node: loc.Node, disk: loc.Disk}, capacity.Value(), true
 }
 
 func (t *pvTracker) update() {
