@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 )
@@ -106,12 +107,17 @@ func TestOnlyTheSchedulerChoosesTheDisk(t *testing.T) {
 		{"another node", func(c *v1.PersistentVolumeClaim) { c.Annotations[diskfit.SelectedNodeAnnotation] = "elsewhere" }, false},
 		{"a label", func(c *v1.PersistentVolumeClaim) { c.Labels = map[string]string{"team": "a"} }, true},
 	} {
-		got, err := tenant.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tt.change(got)
-		_, err = tenant.CoreV1().PersistentVolumeClaims(ns).Update(ctx, got, metav1.UpdateOptions{})
+		// The claim's controllers may still write it just after it was
+		// bound; a conflict says nothing about admission, so try again.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			got, err := tenant.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			tt.change(got)
+			_, err = tenant.CoreV1().PersistentVolumeClaims(ns).Update(ctx, got, metav1.UpdateOptions{})
+			return err
+		})
 		if tt.allow && err != nil {
 			t.Errorf("a tenant's update with %s: %v", tt.name, err)
 		} else if !tt.allow {
