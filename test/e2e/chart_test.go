@@ -4,14 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/test/chart"
 )
@@ -41,33 +34,7 @@ func TestChartPassesServerSideDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(restConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
-	for _, obj := range objs {
-		gvk := obj.GroupVersionKind()
-		what := gvk.Kind + " " + obj.GetNamespace() + "/" + obj.GetName()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Errorf("%s: %v", what, err)
-			continue
-		}
-		var client dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-			client = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
-		}
-		data, err := obj.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{
-			FieldManager: "diskfit-chart-dry-run", Force: ptr.To(true), DryRun: []string{metav1.DryRunAll},
-		}); err != nil {
-			t.Errorf("%s refused: %v", what, err)
-		}
-	}
+	dryRunApply(ctx, t, objs)
 	if len(objs) < 40 {
 		t.Errorf("the chart rendered only %d objects", len(objs))
 	}

@@ -39,15 +39,6 @@ func TestManifestsApplyToTheAPIServer(t *testing.T) {
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no kustomizations under manifests/: %v", err)
 	}
-	dyn, err := dynamic.NewForConfig(restConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	// A dry run does not create the namespace the other objects go to.
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "diskfit-system"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -62,6 +53,7 @@ func TestManifestsApplyToTheAPIServer(t *testing.T) {
 			if resources.Size() == 0 {
 				t.Fatalf("%s renders nothing", dir)
 			}
+			objs := make([]*unstructured.Unstructured, 0, resources.Size())
 			for _, r := range resources.Resources() {
 				raw, err := r.AsYAML()
 				if err != nil {
@@ -71,28 +63,47 @@ func TestManifestsApplyToTheAPIServer(t *testing.T) {
 				if err := yaml.Unmarshal(raw, &obj.Object); err != nil {
 					t.Fatal(err)
 				}
-				gvk := obj.GroupVersionKind()
-				mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-				if err != nil {
-					t.Errorf("%s %s: unknown to the API server: %v", gvk.Kind, obj.GetName(), err)
-					continue
-				}
-				var client dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-				if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-					client = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
-				}
-				body, err := obj.MarshalJSON()
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, err = client.Patch(context.Background(), obj.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{
-					FieldManager: "diskfit-e2e", Force: ptr.To(true), DryRun: []string{metav1.DryRunAll},
-				})
-				if err != nil {
-					t.Errorf("%s %s/%s refused: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
-				}
+				objs = append(objs, obj)
 			}
+			dryRunApply(ctx, t, objs)
 		})
+	}
+}
+
+// dryRunApply has the API server accept objs in a server-side apply dry
+// run: schemas, CEL validation, RBAC, each object's kind known.
+func dryRunApply(ctx context.Context, t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Errorf("%s %s: unknown to the API server: %v", gvk.Kind, obj.GetName(), err)
+			continue
+		}
+		var client dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			client = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+		}
+		body, err := obj.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = client.Patch(ctx, obj.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{
+			FieldManager: "diskfit-e2e", Force: ptr.To(true), DryRun: []string{metav1.DryRunAll},
+		})
+		if err != nil {
+			t.Errorf("%s %s/%s refused: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
 	}
 }
 
