@@ -544,13 +544,22 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if len(view.others) > 0 && vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", req.GetVolumeId(), strings.Join(view.others, ", "))
 	}
-	if view.targetMounted {
+	readOnly := req.GetReadonly() || vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	if t := view.target; t != nil {
+		// Only this volume is the publication asked for, and only
+		// read-only when that was asked: an OK for anything else would
+		// give the pod another volume's data, or write access to a volume
+		// it is to read only. (A writable request may find a read-only
+		// mount: a bind mount of a staging mount made with "ro" is one.)
+		if !isPublicationOf(*t, dev, block) || (readOnly && !slices.Contains(t.MountOptions, "ro")) {
+			return nil, status.Errorf(codes.AlreadyExists, "target %s holds %s%s mounted %s, not volume %s (%s) with readonly=%t",
+				target, t.Source, t.Root, strings.Join(t.MountOptions, ","), req.GetVolumeId(), dev, readOnly)
+		}
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	if err := makeTarget(target, block); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating target %s: %v", target, err)
 	}
-	readOnly := req.GetReadonly() || vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
 	if err := bindMount(source, target, readOnly); err != nil {
 		return nil, status.Errorf(codes.Internal, "bind mounting %s at %s: %v", source, target, err)
 	}
@@ -609,8 +618,8 @@ func makeTarget(target string, block bool) error {
 type mountView struct {
 	// staged is the source mounted at the staging path, "" if none.
 	staged string
-	// targetMounted says whether something is mounted at the target.
-	targetMounted bool
+	// target is what is mounted at the target, nil if nothing.
+	target *mount.MountInfo
 	// others are the volume's publications besides staging and target.
 	others []string
 }
@@ -629,12 +638,21 @@ func mountsOf(dev string, block bool, staging, target string) (mountView, error)
 		case mi.MountPoint == staging:
 			v.staged = mi.Source
 		case mi.MountPoint == target:
-			v.targetMounted = true
-		case (!block && mi.Source == dev) || (block && isDeviceNodeMount(mi, dev)):
+			v.target = &mi
+		case isPublicationOf(mi, dev, block):
 			v.others = append(v.others, mi.MountPoint)
 		}
 	}
 	return v, nil
+}
+
+// isPublicationOf reports whether mi is a mount of the volume whose device
+// is dev: of its filesystem, or for Block of its device node.
+func isPublicationOf(mi mount.MountInfo, dev string, block bool) bool {
+	if block {
+		return isDeviceNodeMount(mi, dev)
+	}
+	return mi.Source == dev
 }
 
 // isDeviceNodeMount reports whether mi is a bind mount of dev's device
