@@ -41,7 +41,7 @@ func TestCopiesOfAVolumeBeingExpandedKeepTheirData(t *testing.T) {
 		}
 	}
 
-	restarted := NewFile(p, 0, nil)
+	restarted := NewFile(testDiskName, p, 0, nil)
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestStartNeverCutsASnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := NewFile(p, 0, nil).Start(ctx); err != nil {
+	if err := NewFile(testDiskName, p, 0, nil).Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := readAt(t, f.snapshotFile("s"), grown-int64(len(marker)), len(marker)); !bytes.Equal(got, marker) {

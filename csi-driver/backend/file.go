@@ -25,6 +25,8 @@ import (
 // records are in records.go, what Start undoes in recovery.go, and the
 // space copy-on-write may still need in cow.go.
 type File struct {
+	// name is the disk's name, which volume and snapshot IDs carry.
+	name     string
 	path     string
 	reserved atomic.Int64
 	// faults stops the process between steps in crash tests; nil otherwise.
@@ -45,11 +47,12 @@ type File struct {
 
 var _ Backend = &File{}
 
-// NewFile returns a file backend for the filesystem mounted at path that
-// keeps reserved bytes free. faults is nil outside crash tests.
-func NewFile(path string, reserved int64, faults *fault.Injector) *File {
+// NewFile returns a file backend for disk name, the filesystem mounted at
+// path, that keeps reserved bytes free. faults is nil outside crash tests.
+func NewFile(name, path string, reserved int64, faults *fault.Injector) *File {
 	dir := filepath.Join(path, stateDirName)
 	f := &File{
+		name:      name,
 		path:      path,
 		faults:    faults,
 		volumes:   filepath.Join(dir, volumesDirName),
@@ -65,13 +68,17 @@ func (f *File) SetReserved(bytes int64) { f.reserved.Store(bytes) }
 // Kind implements Backend.
 func (f *File) Kind() v1alpha1.Backend { return v1alpha1.BackendFile }
 
-// Start implements Backend: it creates the state directories, probes
-// reflink support and rolls back interrupted creations and deletions.
+// Start implements Backend: it creates the state directories, checks that
+// they are this disk's (claimStateDir), probes reflink support and rolls
+// back interrupted creations and deletions.
 func (f *File) Start(ctx context.Context) error {
 	if err := f.checkMounted(); err != nil {
 		return err
 	}
 	if err := f.makeStateDirs(); err != nil {
+		return err
+	}
+	if err := f.claimStateDir(); err != nil {
 		return err
 	}
 	var st unix.Stat_t

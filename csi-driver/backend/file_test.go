@@ -16,6 +16,9 @@ import (
 
 const mi = int64(1) << 20
 
+// testDiskName is the disk every file backend of these tests serves.
+const testDiskName = "disk"
+
 func TestKeyForName(t *testing.T) {
 	tests := []struct {
 		name, want string
@@ -59,7 +62,7 @@ func newFile(t *testing.T, fsType string, size, reserved int64) (*File, string) 
 	t.Helper()
 	testdisk.Require(t)
 	p := testdisk.New(t, fsType, size)
-	f := NewFile(p, reserved, nil)
+	f := NewFile(testDiskName, p, reserved, nil)
 	if err := f.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +268,7 @@ func TestFileHealthAfterUnmount(t *testing.T) {
 func TestFileRefusesUnmountedPath(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	f := NewFile(dir, 0, nil)
+	f := NewFile(testDiskName, dir, 0, nil)
 	if err := f.Start(ctx); err == nil || !strings.Contains(err.Error(), "is the disk mounted?") {
 		t.Fatalf("start on a plain directory: %v", err)
 	}

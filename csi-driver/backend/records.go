@@ -31,10 +31,43 @@ const (
 	stateDirName    = "diskfit"
 	volumesDirName  = "volumes"
 	snapshotDirName = "snapshots"
+	diskRecordName  = "disk.json"
 	metaSuffix      = ".json"
 	dataSuffix      = ".img"
 	tmpInfix        = ".tmp-"
 )
+
+// diskRecord, <path>/diskfit/disk.json, names the disk whose volumes and
+// snapshots the state directory holds. Their IDs carry the disk's name,
+// and a disk is whatever filesystem is mounted at its path: two disks
+// mounted at each other's paths (by device names, which a boot may hand
+// out in another order) would otherwise serve each other's volumes under
+// the wrong IDs, and answer DeleteVolume for a volume whose data is on
+// the other disk as done.
+type diskRecord struct {
+	Name string `json:"name"`
+}
+
+// claimStateDir refuses a state directory recorded as another disk's, and
+// records this disk's name in one that has no record yet (new, or made by
+// an older driver). Also an empty one is refused: with one of two swapped
+// disks empty, the other would otherwise take the empty filesystem and
+// answer for its volumes there as gone. Removing the record by hand gives
+// a filesystem to another name.
+func (f *File) claimStateDir() error {
+	path := filepath.Join(f.path, stateDirName, diskRecordName)
+	var rec diskRecord
+	switch err := readJSON(path, &rec); {
+	case err == nil && rec.Name == f.name:
+		return nil
+	case err == nil:
+		return fmt.Errorf("%s is disk %q's, not %q's: are disks mounted at each other's paths? (to give it to %q, move or reclaim what %q holds there and remove %s)",
+			f.path, rec.Name, f.name, f.name, rec.Name, path)
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("cannot tell which disk %s is: %w", f.path, err)
+	}
+	return f.writeJSONAtomic(path, diskRecord{Name: f.name}, true, fault.Step{})
+}
 
 // readRecord reads the record of key and returns ErrNotFound unless it is
 // ready and names that key: the key in a record is used to build paths, so

@@ -42,7 +42,7 @@ func TestFileRecovery(t *testing.T) {
 	if _, err := f.GetVolume(ctx, "creating"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a volume still being created is visible: %v", err)
 	}
-	restarted := NewFile(p, 0, nil)
+	restarted := NewFile(testDiskName, p, 0, nil)
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestRecoveryKeepsVolumesWhoseRecordCannotBeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	restarted := NewFile(p, 0, nil)
+	restarted := NewFile(testDiskName, p, 0, nil)
 	err = restarted.Start(ctx)
 	if err == nil || !strings.Contains(err.Error(), record) {
 		t.Errorf("start with an unreadable record: %v, want an error naming %s", err, record)
@@ -127,7 +127,7 @@ func TestStartKeepsVolumesWhoseRecordDoesNotDecode(t *testing.T) {
 	if err := os.WriteFile(record, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	restarted := NewFile(p, 0, nil)
+	restarted := NewFile(testDiskName, p, 0, nil)
 	if err := restarted.Start(ctx); err == nil || !strings.Contains(err.Error(), record) {
 		t.Errorf("start with a record that does not decode: %v, want an error naming %s", err, record)
 	}
@@ -163,7 +163,7 @@ func TestStartNeverCutsBackBelowAnAttachedDevice(t *testing.T) {
 	}
 	testdisk.Run(t, "losetup", "--set-capacity", dev)
 
-	restarted := NewFile(p, 0, nil)
+	restarted := NewFile(testDiskName, p, 0, nil)
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -173,4 +173,41 @@ func TestStartNeverCutsBackBelowAnAttachedDevice(t *testing.T) {
 	if st, _ := os.Stat(f.volumeFile("notyet")); st.Size() != 32*mi {
 		t.Errorf("start left a file grown past its record and its device at %d bytes, want %d", st.Size(), 32*mi)
 	}
+}
+
+// TestStateDirectoryBelongsToItsDisk: a state directory is served only
+// under the name of the disk that first started on it, also while it
+// holds nothing. A state directory without a disk record (an older
+// driver's) is taken by the disk that starts on it, and removing the
+// record gives the filesystem to another name.
+func TestStateDirectoryBelongsToItsDisk(t *testing.T) {
+	ctx := context.Background()
+	f, p := newFile(t, "xfs", 1<<30, 0)
+	refused := func(what string) {
+		t.Helper()
+		err := NewFile("other", p, 0, nil).Start(ctx)
+		if err == nil || !strings.Contains(err.Error(), `disk "disk"'s`) {
+			t.Fatalf("%s started under another name: %v", what, err)
+		}
+	}
+	refused("an empty disk")
+	if err := NewFile(testDiskName, p, 0, nil).Start(ctx); err != nil {
+		t.Fatalf("the disk started under its own name again: %v", err)
+	}
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "vol", Name: "vol", SizeBytes: 4 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	refused("a disk holding a volume")
+	if _, err := f.GetVolume(ctx, "vol"); err != nil {
+		t.Fatalf("the volume after the refused start: %v", err)
+	}
+
+	// A state directory of a driver that kept no disk record.
+	if err := os.Remove(filepath.Join(p, stateDirName, diskRecordName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewFile(testDiskName, p, 0, nil).Start(ctx); err != nil {
+		t.Fatalf("a state directory without a disk record: %v", err)
+	}
+	refused("a disk whose record was written again")
 }

@@ -32,7 +32,7 @@ func TestVolumeInUseOnADiskMountedAgain(t *testing.T) {
 	const grown = 128 * mi
 	testdisk.Run(t, "fallocate", "-l", fmt.Sprint(grown), f.volumeFile("v"))
 	testdisk.Run(t, "losetup", "--set-capacity", dev)
-	restarted := NewFile(p, 0, nil)
+	restarted := NewFile(testDiskName, p, 0, nil)
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

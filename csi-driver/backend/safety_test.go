@@ -25,7 +25,7 @@ func TestFailedExpansionGivesTheSpaceBack(t *testing.T) {
 			testdisk.Require(t)
 			p := testdisk.New(t, "xfs", 512*mi)
 			injected := errors.New("injected failure")
-			f := NewFile(p, 0, fault.FailAt(step, injected))
+			f := NewFile(testDiskName, p, 0, fault.FailAt(step, injected))
 			if err := f.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func TestFailedExpansionNeverCutsBelowAnAttachedDevice(t *testing.T) {
 	marker := bytes.Repeat([]byte("DATA"), 1024)
 	writeAt(t, dev, 48*mi, marker)
 
-	restarted := NewFile(p, 0, nil)
+	restarted := NewFile(testDiskName, p, 0, nil)
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

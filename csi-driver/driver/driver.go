@@ -358,7 +358,7 @@ func (d *Driver) newDisk(dc config.Disk) *disk {
 		}
 		b = l
 	default:
-		b = backend.NewFile(dc.Path, dc.ReservedBytes(), d.cfg.Faults)
+		b = backend.NewFile(dc.Name, dc.Path, dc.ReservedBytes(), d.cfg.Faults)
 	}
 	dk := &disk{name: dc.Name, backend: b, conf: dc, timeout: d.cfg.DiskStatusTimeout}
 	dk.deviceClass.Store(&dc.DeviceClass)

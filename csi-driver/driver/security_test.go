@@ -59,8 +59,8 @@ func TestPermissions(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil || files != 4 {
-		t.Errorf("walked %d files (%v), want the volume's and the snapshot's two each", files, err)
+	if err != nil || files != 5 {
+		t.Errorf("walked %d files (%v), want the disk's record and the volume's and the snapshot's two each", files, err)
 	}
 }
 
