@@ -132,6 +132,14 @@ func (e *env) addPVC(t *testing.T, name string, annotations map[string]string) m
 	return map[string]string{diskfit.PVCNamespaceKey: "default", diskfit.PVCNameKey: name, diskfit.PVNameKey: "pv-" + name}
 }
 
+// createWith makes a volume of the given size for the capability.
+func (e *env) createWith(t *testing.T, name string, size int64, cap *csi.VolumeCapability) *csi.Volume {
+	t.Helper()
+	req := createReq(name, size)
+	req.VolumeCapabilities = []*csi.VolumeCapability{cap}
+	return e.mustCreate(t, req)
+}
+
 func (e *env) mustCreate(t *testing.T, req *csi.CreateVolumeRequest) *csi.Volume {
 	t.Helper()
 	resp, err := e.d.CreateVolume(e.ctx, req)

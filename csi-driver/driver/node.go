@@ -240,8 +240,12 @@ func (d *Driver) detachAfterFailedStage(ctx context.Context, dk *disk, key, id, 
 // would use, without its blkid probe, which is the driver's largest cost
 // over doing these steps by hand.
 func (d *Driver) formatAndMount(ctx context.Context, dk *disk, id, key string, content backend.Content, dev, target, fsType string, opts []string) error {
-	// A read-only mount must not format; SafeFormatAndMount says so.
+	// A read-only mount must not format; SafeFormatAndMount says so. Nor
+	// may it write anything else: an ext4 that an expansion left smaller
+	// than its device is grown offline (e2fsck, resize2fs) only by a
+	// writable stage.
 	readOnly := slices.Contains(opts, "ro")
+	growExt := fsType == "ext4" && !readOnly
 	switch content {
 	case backend.ContentNone:
 		if readOnly {
@@ -256,7 +260,7 @@ func (d *Driver) formatAndMount(ctx context.Context, dk *disk, id, key string, c
 		if blank && !readOnly {
 			return d.formatFresh(ctx, dk, key, dev, target, fsType, opts)
 		}
-		if fsType == "ext4" {
+		if growExt {
 			if err := d.growExtOffline(ctx, dev); err != nil {
 				return err
 			}
@@ -270,7 +274,7 @@ func (d *Driver) formatAndMount(ctx context.Context, dk *disk, id, key string, c
 		}
 		return nil
 	default:
-		if fsType == "ext4" {
+		if growExt {
 			if err := d.growExtOffline(ctx, dev); err != nil {
 				return err
 			}

@@ -24,9 +24,7 @@ func TestPublishNeverReportsAnotherMountAsTheVolume(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
 	fsCap, blk := mountCap(), blockCap()
 	volume := func(name string, cap *csi.VolumeCapability) (string, string) {
-		req := createReq(name, 300*mi)
-		req.VolumeCapabilities = []*csi.VolumeCapability{cap}
-		id := e.mustCreate(t, req).VolumeId
+		id := e.createWith(t, name, 300*mi, cap).VolumeId
 		return id, e.stage(t, id, cap)
 	}
 	type pub struct {
