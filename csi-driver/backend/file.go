@@ -259,12 +259,8 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	if st, err := os.Stat(source); source != "" && err == nil {
 		book = max(book, st.Size())
 	}
-	err := f.space.allocate(ctx, f.Usage, book, func() error {
-		defer f.cow.invalidate() // a copy shares its source's extents
-		size, err := makeDataFile(f.volumeFile(req.Key), source, req.SizeBytes)
-		vol.SizeBytes = max(vol.SizeBytes, size)
-		return err
-	})
+	size, err := f.makeDataFile(ctx, f.volumeFile(req.Key), source, req.SizeBytes, book)
+	vol.SizeBytes = max(vol.SizeBytes, size)
 	if err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
 			return nil, errors.Join(err, rerr)
@@ -305,33 +301,28 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 // copy's record must say that size, or Start would cut a volume copied so
 // back to its record (see cutBack), and a volume copied so is allocated to
 // it.
-func makeDataFile(path, source string, size int64) (int64, error) {
-	out, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+//
+// The file is made and allocated under the disk's space guard (need is
+// what it takes of the disk); its fsync runs after the guard is released.
+// The space is taken once fallocate returns (the filesystem's free count
+// says so at once), and syncing under the guard would make concurrent
+// creations on the disk wait for each other's sync instead of sharing the
+// filesystem's log writes.
+func (f *File) makeDataFile(ctx context.Context, path, source string, size, need int64) (int64, error) {
+	var out *os.File
+	err := f.space.allocate(ctx, f.Usage, need, func() error {
+		defer f.cow.invalidate() // a copy shares its source's extents
+		var err error
+		if out, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err != nil {
+			return fmt.Errorf("creating data file: %w", err)
+		}
+		return fillDataFile(out, source, size)
+	})
+	if out != nil {
+		defer out.Close()
+	}
 	if err != nil {
-		return 0, fmt.Errorf("creating data file: %w", err)
-	}
-	defer out.Close()
-	if source != "" {
-		in, err := os.OpenFile(source, os.O_RDONLY|unix.O_NOFOLLOW, 0)
-		if err != nil {
-			return 0, fmt.Errorf("opening source: %w", err)
-		}
-		err = unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
-		in.Close()
-		if err != nil {
-			return 0, fmt.Errorf("reflink copy of %s: %w", source, err)
-		}
-	}
-	if size > 0 {
-		// A volume is allocated to its whole size, also where a copy
-		// came out larger than asked for.
-		st, err := out.Stat()
-		if err != nil {
-			return 0, fmt.Errorf("data file: %w", err)
-		}
-		if err := allocate(out, max(size, st.Size())); err != nil {
-			return 0, err
-		}
+		return 0, err
 	}
 	if err := out.Sync(); err != nil {
 		return 0, fmt.Errorf("syncing data file: %w", err)
@@ -341,6 +332,32 @@ func makeDataFile(path, source string, size int64) (int64, error) {
 		return 0, fmt.Errorf("data file: %w", err)
 	}
 	return st.Size(), nil
+}
+
+// fillDataFile makes the new, empty file out a reflink copy of source when
+// source is set, and allocates it to size when size is positive.
+func fillDataFile(out *os.File, source string, size int64) error {
+	if source != "" {
+		in, err := os.OpenFile(source, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("opening source: %w", err)
+		}
+		err = unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
+		in.Close()
+		if err != nil {
+			return fmt.Errorf("reflink copy of %s: %w", source, err)
+		}
+	}
+	if size <= 0 {
+		return nil
+	}
+	// A volume is allocated to its whole size, also where a copy came out
+	// larger than asked for.
+	st, err := out.Stat()
+	if err != nil {
+		return fmt.Errorf("data file: %w", err)
+	}
+	return allocate(out, max(size, st.Size()))
 }
 
 // allocate grows f to size with the blocks really reserved, so a volume can
@@ -636,12 +653,9 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	// rewrite the disk must be able to hold.
 	written, err := writtenBytes(f.volumeFile(sourceKey))
 	if err == nil {
-		err = f.space.allocate(ctx, f.Usage, written, func() error {
-			defer f.cow.invalidate()
-			size, err := makeDataFile(f.snapshotFile(key), f.volumeFile(sourceKey), 0)
-			snap.SizeBytes = max(snap.SizeBytes, size)
-			return err
-		})
+		var size int64
+		size, err = f.makeDataFile(ctx, f.snapshotFile(key), f.volumeFile(sourceKey), 0, written)
+		snap.SizeBytes = max(snap.SizeBytes, size)
 	}
 	if err == nil {
 		f.faults.Reach(fault.CreateSnapshotDataCloned)
