@@ -200,22 +200,20 @@ func syncDir(dir string) error {
 // is gone.
 func (f *File) removeRecordFirst(dir, key string, recordRemoved, dataRemoved fault.Step) error {
 	defer f.cow.invalidate() // what the removed file shared is no longer shared
-	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
+	if _, err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
 		return err
 	}
 	if err := syncDir(dir); err != nil {
 		return err
 	}
 	f.faults.Reach(recordRemoved)
-	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
+	if _, err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
 		return err
 	}
 	f.faults.Reach(dataRemoved)
 	return nil
 }
 
-// removePair removes a data file and then its record, so that a record
-// always exists while data does; used to undo a creation.
 // clearLeftover makes way for creating key in dir: it removes what an
 // earlier, failed attempt left (a leftover is replaced, not reused: its data
 // file may be half-made), but never a volume or snapshot that is complete
@@ -235,19 +233,31 @@ func (f *File) clearLeftover(ctx context.Context, dir, key string) error {
 	return f.removePair(ctx, dir, key)
 }
 
+// removePair removes a data file and then its record, so that a record
+// always exists while data does; used to undo a creation and to clear the
+// way for one. The directory is synced only when something was removed:
+// removing nothing, what clearing the way for a creation usually comes
+// to, changes nothing a sync could make durable.
 func (f *File) removePair(_ context.Context, dir, key string) error {
-	if err := removeFile(filepath.Join(dir, key+dataSuffix)); err != nil {
+	removedData, err := removeFile(filepath.Join(dir, key+dataSuffix))
+	if err != nil {
 		return err
 	}
-	if err := removeFile(filepath.Join(dir, key+metaSuffix)); err != nil {
+	removedRecord, err := removeFile(filepath.Join(dir, key+metaSuffix))
+	if err != nil || !removedData && !removedRecord {
 		return err
 	}
 	return syncDir(dir)
 }
 
-func removeFile(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("removing %s: %w", path, err)
+// removeFile removes path, if it exists, and reports whether it did.
+func removeFile(path string) (bool, error) {
+	err := os.Remove(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("removing %s: %w", path, err)
 	}
-	return nil
+	return true, nil
 }

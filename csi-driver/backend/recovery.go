@@ -37,7 +37,7 @@ func (f *File) recover(ctx context.Context, dir string) error {
 			if key, ok := strings.CutSuffix(name, dataSuffix); ok {
 				if _, err := os.Stat(filepath.Join(dir, key+metaSuffix)); errors.Is(err, fs.ErrNotExist) {
 					logger.Info("Removing data file without a record", "file", filepath.Join(dir, name))
-					if err := removeFile(filepath.Join(dir, name)); err != nil {
+					if _, err := removeFile(filepath.Join(dir, name)); err != nil {
 						return err
 					}
 				}
