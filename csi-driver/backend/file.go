@@ -259,14 +259,15 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	if st, err := os.Stat(source); source != "" && err == nil {
 		book = max(book, st.Size())
 	}
-	size, err := f.makeDataFile(ctx, f.volumeFile(req.Key), source, req.SizeBytes, book)
-	vol.SizeBytes = max(vol.SizeBytes, size)
+	data, size, err := f.makeDataFile(ctx, f.volumeFile(req.Key), source, req.SizeBytes, book)
 	if err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
 		return nil, err
 	}
+	defer data.Close()
+	vol.SizeBytes = max(vol.SizeBytes, size)
 	if source != "" {
 		// A copy carries its source's filesystem (and data), and is never
 		// formatted; unless nothing of the source was ever written, which
@@ -278,7 +279,7 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	}
 	f.faults.Reach(fault.CreateVolumeDataAllocated)
 	vol.State = StateReady
-	if err := f.writeJSONAtomic(meta, vol, true, fault.CreateVolumeReadyTempWritten); err != nil {
+	if err := f.writeJSONAtomic(meta, vol, true, fault.CreateVolumeReadyTempWritten, data); err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
@@ -295,20 +296,21 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 // written, which a reflink copy leaves as holes) would cost a snapshot of
 // a fresh volume the volume's whole size.
 //
-// It returns the file's size, which a copy takes from its source and may
-// be larger than the size the source's record gave a moment before (an
-// expansion of the source ran meanwhile, or Start kept a grown file): the
-// copy's record must say that size, or Start would cut a volume copied so
-// back to its record (see cutBack), and a volume copied so is allocated to
-// it.
+// It returns the file, open and not yet synced (the ready record's write
+// syncs it, see writeJSONAtomic), and its size, which a copy takes from
+// its source and may be larger than the size the source's record gave a
+// moment before (an expansion of the source ran meanwhile, or Start kept
+// a grown file): the copy's record must say that size, or Start would cut
+// a volume copied so back to its record (see cutBack), and a volume
+// copied so is allocated to it.
 //
 // The file is made and allocated under the disk's space guard (need is
-// what it takes of the disk); its fsync runs after the guard is released.
-// The space is taken once fallocate returns (the filesystem's free count
-// says so at once), and syncing under the guard would make concurrent
+// what it takes of the disk), and synced after the guard is released: the
+// space is taken once fallocate returns (the filesystem's free count says
+// so at once), and syncing under the guard would make concurrent
 // creations on the disk wait for each other's sync instead of sharing the
 // filesystem's log writes.
-func (f *File) makeDataFile(ctx context.Context, path, source string, size, need int64) (int64, error) {
+func (f *File) makeDataFile(ctx context.Context, path, source string, size, need int64) (*os.File, int64, error) {
 	var out *os.File
 	err := f.space.allocate(ctx, f.Usage, need, func() error {
 		defer f.cow.invalidate() // a copy shares its source's extents
@@ -318,20 +320,18 @@ func (f *File) makeDataFile(ctx context.Context, path, source string, size, need
 		}
 		return fillDataFile(out, source, size)
 	})
-	if out != nil {
-		defer out.Close()
-	}
 	if err != nil {
-		return 0, err
-	}
-	if err := out.Sync(); err != nil {
-		return 0, fmt.Errorf("syncing data file: %w", err)
+		if out != nil {
+			out.Close()
+		}
+		return nil, 0, err
 	}
 	st, err := out.Stat()
 	if err != nil {
-		return 0, fmt.Errorf("data file: %w", err)
+		out.Close()
+		return nil, 0, fmt.Errorf("data file: %w", err)
 	}
-	return st.Size(), nil
+	return out, st.Size(), nil
 }
 
 // fillDataFile makes the new, empty file out a reflink copy of source when
@@ -652,15 +652,17 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	// Every written extent of the source gets one more sharer, whose
 	// rewrite the disk must be able to hold.
 	written, err := writtenBytes(f.volumeFile(sourceKey))
+	var data *os.File
 	if err == nil {
 		var size int64
-		size, err = f.makeDataFile(ctx, f.snapshotFile(key), f.volumeFile(sourceKey), 0, written)
+		data, size, err = f.makeDataFile(ctx, f.snapshotFile(key), f.volumeFile(sourceKey), 0, written)
 		snap.SizeBytes = max(snap.SizeBytes, size)
 	}
 	if err == nil {
+		defer data.Close()
 		f.faults.Reach(fault.CreateSnapshotDataCloned)
 		snap.State = StateReady
-		err = f.writeJSONAtomic(meta, snap, true, fault.CreateSnapshotReadyTempWritten)
+		err = f.writeJSONAtomic(meta, snap, true, fault.CreateSnapshotReadyTempWritten, data)
 	}
 	if err != nil {
 		return nil, errors.Join(err, f.removePair(ctx, f.snapshots, key))

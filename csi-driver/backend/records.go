@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -148,7 +149,14 @@ func listKeys(dir string) ([]string, error) {
 // old record or the new one, never a torn one. With durable set the
 // directory is synced too, so the new record survives a crash. tempWritten
 // is the crash-test step between the synced temporary file and the rename.
-func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fault.Step) error {
+//
+// vouches are files the record vouches for (a new volume's data file, which
+// its ready record says is complete): they are fsynced together with the
+// temporary file, and the rename waits for every sync, so the record is
+// never in place before what it vouches for is durable. Started together,
+// the syncs share the filesystem's log writes instead of waiting for one
+// another.
+func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fault.Step, vouches ...*os.File) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding record: %w", err)
@@ -163,7 +171,7 @@ func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fau
 		tmp.Close()
 		return fmt.Errorf("writing record: %w", err)
 	}
-	if err := tmp.Sync(); err != nil {
+	if err := syncAll(append([]*os.File{tmp}, vouches...)); err != nil {
 		tmp.Close()
 		return fmt.Errorf("syncing record: %w", err)
 	}
@@ -180,6 +188,18 @@ func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fau
 		return nil
 	}
 	return syncDir(dir)
+}
+
+// syncAll fsyncs files at once and returns when every sync has ended.
+func syncAll(files []*os.File) error {
+	errs := make([]error, len(files))
+	var wg sync.WaitGroup
+	for i, file := range files[1:] {
+		wg.Go(func() { errs[i+1] = file.Sync() })
+	}
+	errs[0] = files[0].Sync()
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func syncDir(dir string) error {

@@ -53,11 +53,13 @@ var (
 	// CreateVolumeIntentRecorded: the "creating" record is in place, no
 	// data file exists.
 	CreateVolumeIntentRecorded = declare("CreateVolume/intent-recorded")
-	// CreateVolumeDataAllocated: the data file is allocated and synced,
+	// CreateVolumeDataAllocated: the data file is allocated, not yet
+	// synced (that happens with the "ready" record's temporary file), and
 	// the record still says "creating".
 	CreateVolumeDataAllocated = declare("CreateVolume/data-allocated")
 	// CreateVolumeReadyTempWritten: the "ready" record is a synced
-	// temporary file, not yet renamed over the intent.
+	// temporary file, not yet renamed over the intent; the data file is
+	// synced.
 	CreateVolumeReadyTempWritten = declare("CreateVolume/ready-temp-written")
 	// CreateVolumeReadyRecorded: the volume is complete; the caller has
 	// not been answered.
@@ -111,8 +113,8 @@ var (
 	CreateSnapshotIntentTempWritten = declare("CreateSnapshot/intent-temp-written")
 	// CreateSnapshotIntentRecorded: as for CreateVolume.
 	CreateSnapshotIntentRecorded = declare("CreateSnapshot/intent-recorded")
-	// CreateSnapshotDataCloned: the reflink copy is made and synced, the
-	// record still says "creating".
+	// CreateSnapshotDataCloned: the reflink copy is made, not yet synced,
+	// the record still says "creating".
 	CreateSnapshotDataCloned = declare("CreateSnapshot/data-cloned")
 	// CreateSnapshotReadyTempWritten: as for CreateVolume.
 	CreateSnapshotReadyTempWritten = declare("CreateSnapshot/ready-temp-written")
