@@ -46,6 +46,17 @@ $(BIN)/.tools-stamp: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOL_PKGS)
 	touch $@
 
+# BuildKit's client, for hack/Dockerfile where the Docker CLI has no buildx
+# plugin; pinned in hack/tools/go.mod like the tools, built only for images.
+$(BIN)/buildx: hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && GOBIN=$(BIN) $(GO) install github.com/docker/buildx/cmd/buildx
+	touch $@
+
+.PHONY: images
+images: ## Build diskfit's images (ghcr.io/diskfit/*:dev) from hack/Dockerfile; OFFLINE=1 builds their base images here instead of pulling them (needs root).
+	@docker buildx version >/dev/null 2>&1 || $(MAKE) --no-print-directory $(BIN)/buildx
+	hack/build-images.sh
+
 .PHONY: deps
 deps: ## Install the system packages the tests and demo need (xfsprogs, e2fsprogs, lvm2, util-linux).
 	hack/install-deps.sh

@@ -1,10 +1,12 @@
 //go:build tools
 
 // Package tools pins the versions of the code generators, linters, the CSI
-// sidecars and csi-sanity that the Makefile builds into bin/.
+// sidecars, csi-sanity and buildx (for make images) that the Makefile
+// builds into bin/.
 package tools
 
 import (
+	_ "github.com/docker/buildx/cmd/buildx"
 	_ "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity"
 	_ "github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"
 	_ "github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer"
