@@ -10,14 +10,15 @@
 #
 # OFFLINE=1 builds the base images with hack/build-base-images.sh (cached,
 # needs root and debootstrap) and passes them as the Dockerfile's build
-# arguments.
+# arguments. diskfit-kind-registrar is the kubelet registration stand-in of
+# the kind overlay (test/cmd/kind-registrar), not a product image.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 registry=${REGISTRY:-ghcr.io/diskfit}
 tag=${TAG:-dev}
-read -r -a images <<<"${IMAGES:-diskfit-scheduler diskfit-csi diskfit-webhook diskfit-controller diskfit}"
+read -r -a images <<<"${IMAGES:-diskfit-scheduler diskfit-csi diskfit-webhook diskfit-controller diskfit diskfit-kind-registrar}"
 
 if docker buildx version >/dev/null 2>&1; then
 	buildx=(docker buildx)

@@ -21,9 +21,10 @@ for tool in docker kind kubectl go; do
 done
 
 echo "== building images"
-for target in diskfit-csi diskfit-scheduler diskfit-controller; do
-	docker build -f hack/Dockerfile --target "$target" -t "ghcr.io/diskfit/$target:dev" .
-done
+# The images manifests/overlays/kind runs; OFFLINE=1 builds their base
+# images here too (hack/build-images.sh).
+images=(diskfit-csi diskfit-scheduler diskfit-controller diskfit-kind-registrar)
+IMAGES="${images[*]}" TAG=dev hack/build-images.sh
 
 echo "== creating kind cluster $cluster (3 nodes)"
 cat <<EOC | kind create cluster --name "$cluster" --kubeconfig "$kubeconfig" --config -
@@ -36,7 +37,8 @@ nodes:
   - role: worker
 EOC
 export KUBECONFIG=$kubeconfig
-kind load docker-image --name "$cluster" ghcr.io/diskfit/diskfit-csi:dev ghcr.io/diskfit/diskfit-scheduler:dev ghcr.io/diskfit/diskfit-controller:dev
+refs=("${images[@]/#/ghcr.io/diskfit/}")
+kind load docker-image --name "$cluster" "${refs[@]/%/:dev}"
 
 echo "== disks, then diskfit"
 manifests/overlays/kind/make-disks.sh "$cluster"

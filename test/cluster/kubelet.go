@@ -5,18 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
 
-	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/cri-client/pkg/fake"
-	"k8s.io/klog/v2"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 	"k8s.io/kubernetes/cmd/kubelet/app/options"
 	"k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
@@ -24,8 +20,6 @@ import (
 	"k8s.io/kubernetes/pkg/kubemark"
 	"k8s.io/kubernetes/pkg/volume/util/hostutil"
 	"k8s.io/mount-utils"
-
-	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // KubeletCommand is the argument that makes the localcluster binary run one
@@ -110,55 +104,3 @@ func RunKubelet(ctx context.Context, args []string) error {
 	<-ctx.Done()
 	return nil
 }
-
-// registrar does for the kubelet what node-driver-registrar does: it serves
-// the plugin registration socket that tells the kubelet where the driver is.
-type registrar struct {
-	registerapi.UnimplementedRegistrationServer
-	endpoint string
-	server   *grpc.Server
-	status   chan *registerapi.RegistrationStatus
-}
-
-// startRegistrar serves the registration socket in the kubelet's
-// plugins_registry directory for the CSI driver listening on socket.
-func startRegistrar(kubeletRoot, socket string) (*registrar, error) {
-	dir := filepath.Join(kubeletRoot, "plugins_registry")
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, err
-	}
-	path := filepath.Join(dir, diskfit.DriverName+"-reg.sock")
-	_ = os.Remove(path)
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, err
-	}
-	r := &registrar{endpoint: socket, server: grpc.NewServer(), status: make(chan *registerapi.RegistrationStatus, 1)}
-	registerapi.RegisterRegistrationServer(r.server, r)
-	go func() { _ = r.server.Serve(l) }()
-	return r, nil
-}
-
-// GetInfo implements the registration API.
-func (r *registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	return &registerapi.PluginInfo{
-		Type:              registerapi.CSIPlugin,
-		Name:              diskfit.DriverName,
-		Endpoint:          r.endpoint,
-		SupportedVersions: []string{"1.0.0"},
-	}, nil
-}
-
-// NotifyRegistrationStatus implements the registration API.
-func (r *registrar) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
-	if !s.PluginRegistered {
-		klog.Background().Error(errors.New(s.Error), "Kubelet refused the driver's registration")
-	}
-	select {
-	case r.status <- s:
-	default:
-	}
-	return &registerapi.RegistrationStatusResponse{}, nil
-}
-
-func (r *registrar) stop() { r.server.Stop() }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/test/registrar"
 )
 
 // Node is one simulated node: its disks and its driver and provisioner processes.
@@ -34,7 +35,7 @@ type Node struct {
 	driver      *process
 	provisioner *process
 	snapshotter *process
-	registrar   *registrar
+	registrar   *registrar.Registrar
 }
 
 // DiskPath returns where the named disk is mounted on the host.
@@ -70,7 +71,17 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeSpec) (n *Node, err er
 	if err := n.waitForDiskNode(ctx); err != nil {
 		return n, err
 	}
-	if n.registrar, err = startRegistrar(n.KubeletDir, n.Socket); err != nil {
+	// The kubelet and the driver run on the host: both see the socket at
+	// the same path.
+	registry := filepath.Join(n.KubeletDir, "plugins_registry")
+	if err := os.MkdirAll(registry, 0o750); err != nil {
+		return n, err
+	}
+	if n.registrar, err = registrar.Start(ctx, registrar.Config{
+		CSIAddress:              n.Socket,
+		KubeletRegistrationPath: n.Socket,
+		PluginRegistrationDir:   registry,
+	}); err != nil {
 		return n, err
 	}
 	if err := n.waitForCSINode(ctx); err != nil {
@@ -287,7 +298,7 @@ func (n *Node) stop() {
 		n.kubelet.stop(10 * time.Second)
 	}
 	if n.registrar != nil {
-		n.registrar.stop()
+		n.registrar.Stop()
 	}
 	if n.driver != nil {
 		n.driver.stop(10 * time.Second)
