@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/test/cluster/controlplane"
 )
 
 // NodeSpec describes one simulated node.
@@ -77,7 +78,7 @@ type Cluster struct {
 	// Kubeconfigs of the manifests' ServiceAccounts (rbac.go).
 	nodeKubeconfig, schedulerKubeconfig, controllerKubeconfig, snapshotControllerKubeconfig string
 
-	cp                 *controlPlane
+	cp                 *controlplane.ControlPlane
 	proxy              *apiProxy
 	scheduler          *supervisor
 	controller         *supervisor
@@ -110,20 +111,20 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 
 	start := time.Now()
-	if c.cp, err = startControlPlane(ctx, c.Dir); err != nil {
+	if c.cp, err = controlplane.Start(ctx, c.Dir); err != nil {
 		return c, err
 	}
-	c.Config, c.Client = c.cp.config, c.cp.client
+	c.Config, c.Client = c.cp.Config, c.cp.Client
 	logger.Info("Control plane ready", "elapsed", time.Since(start).Round(time.Millisecond))
 	if c.proxy, err = startAPIProxy(c.Config.Host[len("https://"):]); err != nil {
 		return c, err
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
-	if err := writeKubeconfig(c.Config, c.Kubeconfig); err != nil {
+	if err := controlplane.WriteKubeconfig(c.Config, c.Kubeconfig); err != nil {
 		return c, err
 	}
 	for _, dir := range []string{"base/crd", "snapshot/crd"} {
-		if err := InstallCRDs(ctx, c.Config, filepath.Join(opts.RepoRoot, "manifests", dir)); err != nil {
+		if err := controlplane.InstallCRDs(ctx, c.Config, filepath.Join(opts.RepoRoot, "manifests", dir)); err != nil {
 			return c, err
 		}
 	}
@@ -283,7 +284,7 @@ func (c *Cluster) Stop() {
 		c.proxy.close()
 	}
 	if c.cp != nil {
-		c.cp.stop()
+		c.cp.Stop()
 	}
 	if err := cleanHostState(c.Dir); err != nil {
 		klog.Background().Error(err, "Cleaning up", "dir", c.Dir)

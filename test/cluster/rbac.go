@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/diskfit/diskfit/test/cluster/controlplane"
 )
 
 // The API server authorizes with RBAC, and every diskfit component and
@@ -151,5 +153,5 @@ func (c *Cluster) kubeconfigWithToken(ctx context.Context, sa serviceAccount, fi
 	config.BearerToken = tr.Status.Token
 	// Through the proxy, so that tests can cut the components off.
 	config.Host = "https://" + c.proxy.Addr()
-	return path, writeKubeconfig(config, path)
+	return path, controlplane.WriteKubeconfig(config, path)
 }

@@ -1,15 +1,13 @@
 package cluster
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/test/cluster/controlplane"
 )
 
 // startScheduler runs diskfit-scheduler with the shipped configuration
@@ -20,24 +18,9 @@ func (c *Cluster) startScheduler() error {
 	if err != nil {
 		return err
 	}
-	raw, err := os.ReadFile(filepath.Join(c.opts.RepoRoot, "manifests", "scheduler", "diskfit-scheduler-config.yaml"))
-	if err != nil {
-		return err
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		return fmt.Errorf("parsing scheduler config: %w", err)
-	}
-	cfg["clientConnection"] = map[string]any{"kubeconfig": c.schedulerKubeconfig, "qps": 200, "burst": 400}
-	cfg["leaderElection"] = map[string]any{"leaderElect": false}
-	profiles, _ := cfg["profiles"].([]any)
-	cfg["profiles"] = append([]any{map[string]any{"schedulerName": "default-scheduler"}}, profiles...)
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		return err
-	}
 	path := filepath.Join(c.Dir, "scheduler-config.yaml")
-	if err := os.WriteFile(path, out, 0o644); err != nil {
+	if err := controlplane.WriteSchedulerConfig(path, c.opts.RepoRoot, c.schedulerKubeconfig,
+		map[string]any{"schedulerName": "default-scheduler"}); err != nil {
 		return err
 	}
 	port, err := FreePort()

@@ -38,6 +38,7 @@ import (
 	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/test/cluster"
+	"github.com/diskfit/diskfit/test/cluster/controlplane"
 )
 
 var (
@@ -155,7 +156,7 @@ func createMemoryCluster(ctx context.Context, config *rest.Config, nodes, disks,
 	if err != nil {
 		return err
 	}
-	if err := cluster.InstallCRDs(ctx, config, crdDir); err != nil {
+	if err := controlplane.InstallCRDs(ctx, config, crdDir); err != nil {
 		return err
 	}
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
@@ -203,25 +204,8 @@ func parallel(ctx context.Context, n int, fn func(int) error) error {
 }
 
 func createNode(ctx context.Context, kube kubernetes.Interface, dn versioned.Interface, name string, disks int) error {
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-		v1.LabelHostname: name, diskfit.TopologyKey: name,
-	}}}
-	created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil {
-		return fmt.Errorf("creating node %s: %w", name, err)
-	}
-	capacity := v1.ResourceList{
-		v1.ResourceCPU:    resource.MustParse("4"),
-		v1.ResourceMemory: resource.MustParse("32Gi"),
-		v1.ResourcePods:   resource.MustParse("110"),
-	}
-	created.Status = v1.NodeStatus{
-		Capacity:    capacity,
-		Allocatable: capacity,
-		Conditions:  []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, LastHeartbeatTime: metav1.Now()}},
-	}
-	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("reporting status of node %s: %w", name, err)
+	if err := controlplane.CreateReadyNode(ctx, kube, name); err != nil {
+		return err
 	}
 	return createDiskNode(ctx, dn, name, disks)
 }

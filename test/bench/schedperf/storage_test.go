@@ -32,7 +32,7 @@ import (
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/scheduler-plugin/app"
 	diskfitplugin "github.com/diskfit/diskfit/scheduler-plugin/diskfit"
-	"github.com/diskfit/diskfit/test/cluster"
+	"github.com/diskfit/diskfit/test/cluster/controlplane"
 )
 
 const (
@@ -59,7 +59,7 @@ func registry() frameworkruntime.Registry {
 	r := app.Registry()
 	newDiskFit := r[diskfitplugin.Name]
 	r[diskfitplugin.Name] = func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		if err := cluster.InstallCRDs(ctx, h.KubeConfig(), crdDir); err != nil {
+		if err := controlplane.InstallCRDs(ctx, h.KubeConfig(), crdDir); err != nil {
 			return nil, err
 		}
 		return newDiskFit(ctx, obj, h)
@@ -71,7 +71,7 @@ func registry() frameworkruntime.Registry {
 // does not build DiskFit, but its workloads create the same DiskNodes) and
 // the stand-in for external-provisioner and the PV controller.
 func prepareStorage(tCtx ktesting.TContext) error {
-	if err := cluster.InstallCRDs(tCtx, tCtx.RESTConfig(), crdDir); err != nil {
+	if err := controlplane.InstallCRDs(tCtx, tCtx.RESTConfig(), crdDir); err != nil {
 		return err
 	}
 	return startProvisioner(tCtx)

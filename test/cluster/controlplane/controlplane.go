@@ -1,7 +1,8 @@
-package cluster
+package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,23 +36,27 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// controlPlane is etcd, a real kube-apiserver and the controllers that PVC
+// ControlPlane is etcd, a real kube-apiserver and the controllers that PVC
 // binding, StatefulSets and owner references need, all in this process.
-type controlPlane struct {
+type ControlPlane struct {
+	// Config is an administrator's client configuration.
+	Config *rest.Config
+	Client kubernetes.Interface
+
 	etcd     *etcd
 	tb       *processTB
 	teardown func()
-	config   *rest.Config
-	client   kubernetes.Interface
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
 
-func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err error) {
-	cp = &controlPlane{tb: newProcessTB("apiserver"), done: make(chan struct{})}
+// Start runs a control plane with its state under dir. Stop ends it; on
+// error, what was started is already stopped.
+func Start(ctx context.Context, dir string) (cp *ControlPlane, err error) {
+	cp = &ControlPlane{tb: newProcessTB("apiserver"), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			cp.stop()
+			cp.Stop()
 		}
 	}()
 	if cp.etcd, err = startEtcd(filepath.Join(dir, "etcd")); err != nil {
@@ -75,9 +80,9 @@ func startControlPlane(ctx context.Context, dir string) (cp *controlPlane, err e
 		return cp, err
 	}
 	cp.teardown = server.TearDownFn
-	cp.config = rest.CopyConfig(server.ClientConfig)
-	cp.config.QPS, cp.config.Burst = 500, 1000
-	if cp.client, err = kubernetes.NewForConfig(cp.config); err != nil {
+	cp.Config = rest.CopyConfig(server.ClientConfig)
+	cp.Config.QPS, cp.Config.Burst = 500, 1000
+	if cp.Client, err = kubernetes.NewForConfig(cp.Config); err != nil {
 		return cp, err
 	}
 	ctx, cp.cancel = context.WithCancel(ctx)
@@ -101,9 +106,9 @@ func startAPIServer(tb *processTB, flags []string, storage *storagebackend.Confi
 	return server, nil
 }
 
-func (cp *controlPlane) startControllers(ctx context.Context) error {
+func (cp *ControlPlane) startControllers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	client := cp.client
+	client := cp.Client
 	factory := informers.NewSharedInformerFactory(client, 0)
 
 	pv, err := persistentvolume.NewController(klog.NewContext(ctx, logger.WithName("pv-controller")), persistentvolume.ControllerParameters{
@@ -129,7 +134,7 @@ func (cp *controlPlane) startControllers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("PVC protection controller: %w", err)
 	}
-	pvProtection, err := pvprotection.NewPVProtectionController(logger, factory.Core().V1().PersistentVolumes(), client)
+	pvProtection, err := withError(pvprotection.NewPVProtectionController(logger, factory.Core().V1().PersistentVolumes(), client))
 	if err != nil {
 		return fmt.Errorf("PV protection controller: %w", err)
 	}
@@ -138,7 +143,7 @@ func (cp *controlPlane) startControllers(ctx context.Context) error {
 	// bind namespace users to.
 	aggregation := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), client.RbacV1())
 
-	metadataClient, err := metadata.NewForConfig(cp.config)
+	metadataClient, err := metadata.NewForConfig(cp.Config)
 	if err != nil {
 		return err
 	}
@@ -175,6 +180,13 @@ func (cp *controlPlane) startControllers(ctx context.Context) error {
 		<-ctx.Done()
 	}()
 	return nil
+}
+
+// withError takes a constructor's results whether it returns an error or
+// not: Kubernetes 1.37 added one to some controllers' constructors, and
+// this package builds for every supported minor (docs/kubernetes-versions.md).
+func withError[T any](v T, errs ...error) (T, error) {
+	return v, errors.Join(errs...)
 }
 
 // InstallCRDs creates every CRD found in dir (unless it exists) and waits
@@ -223,7 +235,8 @@ func InstallCRDs(ctx context.Context, config *rest.Config, dir string) error {
 	return nil
 }
 
-func (cp *controlPlane) stop() {
+// Stop ends the controllers, the API server and etcd.
+func (cp *ControlPlane) Stop() {
 	if cp.cancel != nil {
 		cp.cancel()
 		<-cp.done

@@ -1,4 +1,4 @@
-package cluster
+package controlplane
 
 import (
 	"k8s.io/client-go/rest"
@@ -6,9 +6,9 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// writeKubeconfig writes config as a kubeconfig file that kubectl, the
+// WriteKubeconfig writes config as a kubeconfig file that kubectl, the
 // sidecars and the scheduler can use.
-func writeKubeconfig(config *rest.Config, path string) error {
+func WriteKubeconfig(config *rest.Config, path string) error {
 	const name = "diskfit-local"
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters[name] = &clientcmdapi.Cluster{
