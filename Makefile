@@ -12,13 +12,15 @@ export PATH := $(BIN):$(PATH)
 TOOLS := deepcopy-gen conversion-gen defaulter-gen client-gen lister-gen informer-gen controller-gen \
          csi-provisioner csi-resizer csi-snapshotter snapshot-controller csi-sanity \
          staticcheck govulncheck
-TOOL_PKGS := \
+# The Kubernetes code generators have their own pin (hack/tools/codegen).
+CODEGEN_PKGS := \
 	k8s.io/code-generator/cmd/deepcopy-gen \
 	k8s.io/code-generator/cmd/conversion-gen \
 	k8s.io/code-generator/cmd/defaulter-gen \
 	k8s.io/code-generator/cmd/client-gen \
 	k8s.io/code-generator/cmd/lister-gen \
-	k8s.io/code-generator/cmd/informer-gen \
+	k8s.io/code-generator/cmd/informer-gen
+TOOL_PKGS := \
 	sigs.k8s.io/controller-tools/cmd/controller-gen \
 	github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner \
 	github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer \
@@ -40,10 +42,11 @@ build: ## Build diskfit's binaries and the local-cluster runner into bin/.
 demo: deps tools build ## Run diskfit locally: a 3-node cluster, one StatefulSet under diskfit and under the default scheduler. Needs root; KEEP=1 leaves it running.
 	$(BIN)/localcluster demo
 
-# Tools are pinned in hack/tools/go.mod. The stamp makes them build once and
-# rebuild only when that pin changes.
-$(BIN)/.tools-stamp: hack/tools/go.mod hack/tools/go.sum
+# Tools are pinned in hack/tools/go.mod and hack/tools/codegen/go.mod. The
+# stamp makes them build once and rebuild only when a pin changes.
+$(BIN)/.tools-stamp: hack/tools/go.mod hack/tools/go.sum hack/tools/codegen/go.mod hack/tools/codegen/go.sum
 	cd hack/tools && GOBIN=$(BIN) $(GO) install $(TOOL_PKGS)
+	cd hack/tools/codegen && GOBIN=$(BIN) $(GO) install $(CODEGEN_PKGS)
 	touch $@
 
 # BuildKit's client, for hack/Dockerfile where the Docker CLI has no buildx
@@ -79,6 +82,14 @@ verify: tools ## Fail when generated files are stale or a manifest does not rend
 .PHONY: test
 test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, local cluster). Needs root.
 	$(GO) test -count=1 -timeout 45m ./...
+
+.PHONY: test-kube-minors
+test-kube-minors: ## Build diskfit-scheduler for the older Kubernetes minors (hack/kube-minor.sh list) and run the plugin's tests and the scheduler against each minor's kube-apiserver (cold: about 15 minutes per minor).
+	@for minor in $$(hack/kube-minor.sh list); do \
+		echo "== Kubernetes $$minor"; \
+		hack/kube-minor.sh test $$minor -count=1 -timeout 20m || exit 1; \
+		hack/kube-minor.sh build $$minor -o $(BIN)/diskfit-scheduler-kube$$minor || exit 1; \
+	done
 
 .PHONY: unit
 unit: ## Run the tests that need no cluster (minutes); as non-root, those that need real disks skip and say why.

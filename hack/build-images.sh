@@ -7,6 +7,11 @@
 #   hack/build-images.sh                  every image, on the public base images
 #   OFFLINE=1 hack/build-images.sh        on base images built here (no registry)
 #   IMAGES="diskfit-csi diskfit-scheduler" TAG=dev REGISTRY=ghcr.io/diskfit hack/build-images.sh
+#   KUBE_MINORS=1 IMAGES=diskfit-scheduler hack/build-images.sh
+#
+# KUBE_MINORS=1 also builds diskfit-scheduler for each older Kubernetes
+# minor (hack/kube-minor.sh list), tagged TAG-kubeMINOR, e.g. dev-kube1.35
+# (docs/kubernetes-versions.md).
 #
 # OFFLINE=1 builds the base images with hack/build-base-images.sh (cached,
 # needs root and debootstrap) and passes them as the Dockerfile's build
@@ -37,10 +42,20 @@ if [[ ${OFFLINE:-} == 1 ]]; then
 fi
 
 summary=()
-for image in "${images[@]}"; do
-	start=$SECONDS
-	"${buildx[@]}" build --load -f hack/Dockerfile --target "$image" -t "$registry/$image:$tag" "${args[@]}" .
+# build IMAGE TAG [BUILD-ARGS...]
+build() {
+	local image=$1 tag=$2 start=$SECONDS size
+	shift 2
+	"${buildx[@]}" build --load -f hack/Dockerfile --target "$image" -t "$registry/$image:$tag" "${args[@]}" "$@" .
 	size=$(docker image inspect -f '{{.Size}}' "$registry/$image:$tag" | numfmt --to=iec)
 	summary+=("$(printf '%-48s %5ss %6s' "$registry/$image:$tag" $((SECONDS - start)) "$size")")
+}
+for image in "${images[@]}"; do
+	build "$image" "$tag"
+	if [[ $image == diskfit-scheduler && ${KUBE_MINORS:-} == 1 ]]; then
+		for minor in $(hack/kube-minor.sh list); do
+			build "$image" "$tag-kube$minor" --build-arg "KUBE_MINOR=$minor"
+		done
+	fi
 done
 printf '%s\n' "${summary[@]}"

@@ -10,7 +10,6 @@ require (
 	github.com/kubernetes-csi/external-snapshotter/v8 v8.7.0
 	golang.org/x/vuln v1.9.0
 	honnef.co/go/tools v0.8.2
-	k8s.io/code-generator v0.37.2
 	sigs.k8s.io/controller-tools v0.23.0
 )
 
@@ -274,6 +273,7 @@ require (
 	k8s.io/apimachinery v0.37.2 // indirect
 	k8s.io/apiserver v0.37.1 // indirect
 	k8s.io/client-go v0.37.1 // indirect
+	k8s.io/code-generator v0.37.2 // indirect
 	k8s.io/component-base v0.37.1 // indirect
 	k8s.io/component-helpers v0.37.0 // indirect
 	k8s.io/csi-translation-lib v0.37.1 // indirect

@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools pins the versions of the code generators, linters, the CSI
+// Package tools pins the versions of controller-gen, the linters, the CSI
 // sidecars, csi-sanity and buildx (for make images) that the Makefile
 // builds into bin/.
 package tools
@@ -14,11 +14,5 @@ import (
 	_ "github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller"
 	_ "golang.org/x/vuln/cmd/govulncheck"
 	_ "honnef.co/go/tools/cmd/staticcheck"
-	_ "k8s.io/code-generator/cmd/client-gen"
-	_ "k8s.io/code-generator/cmd/conversion-gen"
-	_ "k8s.io/code-generator/cmd/deepcopy-gen"
-	_ "k8s.io/code-generator/cmd/defaulter-gen"
-	_ "k8s.io/code-generator/cmd/informer-gen"
-	_ "k8s.io/code-generator/cmd/lister-gen"
 	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
 )

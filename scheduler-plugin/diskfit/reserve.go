@@ -56,12 +56,6 @@ func (pl *DiskFit) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod
 	}
 }
 
-// PreBindPreFlight is VolumeBinding's: DiskFit's decision already travels
-// in the PVCs VolumeBinding writes.
-func (pl *DiskFit) PreBindPreFlight(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	return pl.vb.PreBindPreFlight(ctx, cs, pod, nodeName)
-}
-
 // PreBind is VolumeBinding's: one PVC update sets selected-node and the
 // selected disk together, then it waits for the volumes to be bound.
 func (pl *DiskFit) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {

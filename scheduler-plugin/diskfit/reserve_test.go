@@ -69,7 +69,7 @@ func TestReserveAndPreBindWriteDiskWithNode(t *testing.T) {
 	}
 
 	env.client.ClearActions()
-	if _, status := env.pl.PreBindPreFlight(env.ctx, state, pod, "n1"); !status.IsSuccess() {
+	if status := lastStatus(env.pl.PreBindPreFlight(env.ctx, state, pod, "n1")); !status.IsSuccess() {
 		t.Fatalf("PreBindPreFlight: %v", status)
 	}
 	// PreBind writes the PVCs, then waits for a PV controller that does
@@ -127,4 +127,11 @@ func TestReserveNeverDoubleBooks(t *testing.T) {
 	if status := env.pl.Reserve(env.ctx, stateB, podB, "n1"); !status.IsSuccess() {
 		t.Fatalf("Reserve B after A released: %v", status)
 	}
+}
+
+// lastStatus is the status a framework call returns last, whether it
+// returns a result with it (PreBindPreFlight from Kubernetes 1.36) or not.
+func lastStatus(results ...any) *fwk.Status {
+	s, _ := results[len(results)-1].(*fwk.Status)
+	return s
 }

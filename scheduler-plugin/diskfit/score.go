@@ -53,13 +53,13 @@ func (pl *DiskFit) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	return score, nil
 }
 
-// scoreDisks is the disk part of Score, from fwk.MinScore to
-// fwk.MaxScore (fit.MaxScore is the framework's). A node that no longer
+// scoreDisks is the disk part of Score, from minScore to maxScore (fit's
+// range is the framework's). A node that no longer
 // fits (space taken since Filter) scores lowest; Reserve will reject it if
 // it is still chosen.
 func (pl *DiskFit) scoreDisks(claims []packing.Claim, node string) int64 {
 	var buf fit.Buffers
-	return fwk.MinScore + pl.fit.Score(pl.fit.Evaluate(node, claims, &buf), claims)
+	return minScore + pl.fit.Score(pl.fit.Evaluate(node, claims, &buf), claims)
 }
 
 // ScoreExtensions returns nil: scores are already in the framework's range.

@@ -4,8 +4,10 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/klog/v2/ktesting"
-	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 
@@ -53,10 +55,14 @@ func TestScore(t *testing.T) {
 	}
 }
 
-// With StorageCapacityScoring on (the 1.37 default) VolumeBinding wants to
-// score every pod with claims to provision, but it sees no capacity for
-// diskfit claims: their disk score must not be diluted by its zero.
+// With StorageCapacityScoring on (beta and on by default from 1.37, alpha
+// before) VolumeBinding wants to score every pod with claims to provision,
+// but it sees no capacity for diskfit claims: their disk score must not be
+// diluted by its zero.
 func TestScoreWithStorageCapacityScoring(t *testing.T) {
+	// The gate, not only the plugin's features: VolumeBinding's defaults
+	// read it for the scoring shape.
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.StorageCapacityScoring, true)
 	objs := []runtime.Object{makePVC("a", diskfitClass, 2*gi).PersistentVolumeClaim}
 	_, ctx := ktesting.NewTestContext(t)
 	env := buildEnv(t, ctx, &feature.Features{EnableStorageCapacityScoring: true}, nil, objs,
@@ -94,7 +100,7 @@ func TestPreScoreSkipsPodsWithoutClaims(t *testing.T) {
 // TestFitScoresInTheFrameworksRange: the evaluator's scores are the
 // framework's node scores.
 func TestFitScoresInTheFrameworksRange(t *testing.T) {
-	if fwk.MinScore != 0 || fit.MaxScore != fwk.MaxScore {
-		t.Errorf("fit scores 0 to %d, the framework %d to %d", fit.MaxScore, fwk.MinScore, fwk.MaxScore)
+	if minScore != 0 || fit.MaxScore != maxScore {
+		t.Errorf("fit scores 0 to %d, the framework %d to %d", fit.MaxScore, minScore, maxScore)
 	}
 }

@@ -29,7 +29,7 @@ import (
 )
 
 type Interface interface {
-	Discovery() discovery.DiscoveryInterfaces
+	Discovery() discovery.DiscoveryInterface
 	DiskfitV1alpha1() diskfitv1alpha1.DiskfitV1alpha1Interface
 }
 
@@ -45,7 +45,7 @@ func (c *Clientset) DiskfitV1alpha1() diskfitv1alpha1.DiskfitV1alpha1Interface {
 }
 
 // Discovery retrieves the DiscoveryClient
-func (c *Clientset) Discovery() discovery.DiscoveryInterfaces {
+func (c *Clientset) Discovery() discovery.DiscoveryInterface {
 	if c == nil {
 		return nil
 	}

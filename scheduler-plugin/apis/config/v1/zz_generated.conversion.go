@@ -81,7 +81,8 @@ func RegisterConversions(s *runtime.Scheme) error {
 }
 
 func autoConvert_v1_DeviceClassWeight_To_config_DeviceClassWeight(in *DeviceClassWeight, out *config.DeviceClassWeight, s conversion.Scope) error {
-	*out = *(*config.DeviceClassWeight)(unsafe.Pointer(in))
+	out.DeviceClass = in.DeviceClass
+	out.Weight = in.Weight
 	return nil
 }
 
@@ -91,7 +92,8 @@ func Convert_v1_DeviceClassWeight_To_config_DeviceClassWeight(in *DeviceClassWei
 }
 
 func autoConvert_config_DeviceClassWeight_To_v1_DeviceClassWeight(in *config.DeviceClassWeight, out *DeviceClassWeight, s conversion.Scope) error {
-	*out = *(*DeviceClassWeight)(unsafe.Pointer(in))
+	out.DeviceClass = in.DeviceClass
+	out.Weight = in.Weight
 	return nil
 }
 
@@ -143,7 +145,8 @@ func Convert_config_DiskFitArgs_To_v1_DiskFitArgs(in *config.DiskFitArgs, out *D
 }
 
 func autoConvert_v1_ScoringStrategy_To_config_ScoringStrategy(in *ScoringStrategy, out *config.ScoringStrategy, s conversion.Scope) error {
-	*out = *(*config.ScoringStrategy)(unsafe.Pointer(in))
+	out.Type = config.ScoringStrategyType(in.Type)
+	out.DeviceClassWeights = *(*[]config.DeviceClassWeight)(unsafe.Pointer(&in.DeviceClassWeights))
 	return nil
 }
 
@@ -153,7 +156,8 @@ func Convert_v1_ScoringStrategy_To_config_ScoringStrategy(in *ScoringStrategy, o
 }
 
 func autoConvert_config_ScoringStrategy_To_v1_ScoringStrategy(in *config.ScoringStrategy, out *ScoringStrategy, s conversion.Scope) error {
-	*out = *(*ScoringStrategy)(unsafe.Pointer(in))
+	out.Type = config.ScoringStrategyType(in.Type)
+	out.DeviceClassWeights = *(*[]DeviceClassWeight)(unsafe.Pointer(&in.DeviceClassWeights))
 	return nil
 }
 

@@ -28,45 +28,16 @@ import (
 	apisdiskfitv1alpha1 "github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
-	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	watch "k8s.io/apimachinery/pkg/watch"
 	cache "k8s.io/client-go/tools/cache"
 )
 
 // DiskNodeInformer provides access to a shared informer and lister for
-// DiskNodes. Prefer using the type-safe variant (see [TypedDiskNodeInformer]).
+// DiskNodes.
 type DiskNodeInformer interface {
 	Informer() cache.SharedIndexInformer
 	Lister() diskfitv1alpha1.DiskNodeLister
 }
-
-// TypedDiskNodeInformer provides access to a shared informer and lister for
-// DiskNodes, including the type-safe TypedInformer variant.
-// It is a superset of DiskNodeInformer.
-type TypedDiskNodeInformer interface {
-	Informer() cache.SharedIndexInformer
-	TypedInformer() DiskNodeIndexInformer
-	Lister() diskfitv1alpha1.DiskNodeLister
-}
-
-// DiskNodeIndexInformer is a wrapper around the underlying [cache.SharedIndexInformer]
-// with type-safe variants of several methods.
-type DiskNodeIndexInformer cache.TypedSharedIndexInformer[*apisdiskfitv1alpha1.DiskNode]
-
-// DiskNodeHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerFuncs] for DiskNode.
-type DiskNodeHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apisdiskfitv1alpha1.DiskNode]
-
-// DiskNodeDetailedHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerDetailedFuncs] for DiskNode.
-type DiskNodeDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apisdiskfitv1alpha1.DiskNode]
-
-// DiskNodeFilteringHandler is a specialization of [cache.TypedFilteringResourceEventHandler] for DiskNode.
-type DiskNodeFilteringHandler = cache.TypedFilteringResourceEventHandler[*apisdiskfitv1alpha1.DiskNode]
-
-// DiskNodeIndexers is a specialization of [cache.TypedIndexers] for DiskNode.
-type DiskNodeIndexers = cache.TypedIndexers[*apisdiskfitv1alpha1.DiskNode]
-
-// DeletedDiskNode is a specialization of [cache.DeletedObject] for DiskNode.
-type DeletedDiskNode = cache.DeletedObject[*apisdiskfitv1alpha1.DiskNode]
 
 type diskNodeInformer struct {
 	factory          internalinterfaces.SharedInformerFactory
@@ -76,132 +47,55 @@ type diskNodeInformer struct {
 // NewDiskNodeInformer constructs a new informer for DiskNode type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedDiskNodeInformer]).
 func NewDiskNodeInformer(client versioned.Interface, resyncPeriod time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
-	return NewDiskNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers})
-}
-
-// NewTypedDiskNodeInformer constructs a new informer for DiskNode type.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedDiskNodeInformer(client versioned.Interface, resyncPeriod time.Duration, indexers DiskNodeIndexers) DiskNodeIndexInformer {
-	return NewTypedDiskNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers)})
+	return NewFilteredDiskNodeInformer(client, resyncPeriod, indexers, nil)
 }
 
 // NewFilteredDiskNodeInformer constructs a new informer for DiskNode type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedFilteredDiskNodeInformer]).
 func NewFilteredDiskNodeInformer(client versioned.Interface, resyncPeriod time.Duration, indexers cache.Indexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer {
-	return NewTypedDiskNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, TweakListOptions: tweakListOptions})
-}
-
-// NewTypedFilteredDiskNodeInformer constructs a new informer for DiskNode type.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedFilteredDiskNodeInformer(client versioned.Interface, resyncPeriod time.Duration, indexers DiskNodeIndexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) DiskNodeIndexInformer {
-	return NewTypedDiskNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers), TweakListOptions: tweakListOptions})
-}
-
-// NewDiskNodeInformerWithOptions constructs a new informer for DiskNode type with additional options.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedDiskNodeInformerWithOptions]).
-func NewDiskNodeInformerWithOptions(client versioned.Interface, options internalinterfaces.InformerOptions) cache.SharedIndexInformer {
-	return NewTypedDiskNodeInformerWithOptions(client, options)
-}
-
-// NewTypedDiskNodeInformerWithOptions constructs a new informer for DiskNode type with additional options.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedDiskNodeInformerWithOptions(client versioned.Interface, options internalinterfaces.InformerOptions) DiskNodeIndexInformer {
-	gvr := schema.GroupVersionResource{Group: "diskfit.io", Version: "v1alpha1", Resource: "disknodes"}
-	identifier := options.InformerName.WithResource(gvr)
-	tweakListOptions := options.TweakListOptions
-	return cache.NewTypedSharedIndexInformer[*apisdiskfitv1alpha1.DiskNode](cache.NewSharedIndexInformerWithOptions(
+	return cache.NewSharedIndexInformer(
 		cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListFunc: func(opts v1.ListOptions) (runtime.Object, error) {
+			ListFunc: func(options v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.DiskfitV1alpha1().DiskNodes().List(context.Background(), opts)
+				return client.DiskfitV1alpha1().DiskNodes().List(context.Background(), options)
 			},
-			WatchFunc: func(opts v1.ListOptions) (watch.Interface, error) {
+			WatchFunc: func(options v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.DiskfitV1alpha1().DiskNodes().Watch(context.Background(), opts)
+				return client.DiskfitV1alpha1().DiskNodes().Watch(context.Background(), options)
 			},
-			ListWithContextFunc: func(ctx context.Context, opts v1.ListOptions) (runtime.Object, error) {
+			ListWithContextFunc: func(ctx context.Context, options v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.DiskfitV1alpha1().DiskNodes().List(ctx, opts)
+				return client.DiskfitV1alpha1().DiskNodes().List(ctx, options)
 			},
-			WatchFuncWithContext: func(ctx context.Context, opts v1.ListOptions) (watch.Interface, error) {
+			WatchFuncWithContext: func(ctx context.Context, options v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.DiskfitV1alpha1().DiskNodes().Watch(ctx, opts)
+				return client.DiskfitV1alpha1().DiskNodes().Watch(ctx, options)
 			},
 		}, client),
 		&apisdiskfitv1alpha1.DiskNode{},
-		cache.SharedIndexInformerOptions{
-			ResyncPeriod: options.ResyncPeriod,
-			Indexers:     options.Indexers,
-			Identifier:   identifier,
-		},
-	))
+		resyncPeriod,
+		indexers,
+	)
 }
 
 func (f *diskNodeInformer) defaultInformer(client versioned.Interface, resyncPeriod time.Duration) cache.SharedIndexInformer {
-	return NewTypedDiskNodeInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, InformerName: f.factory.InformerName(), TweakListOptions: f.tweakListOptions})
+	return NewFilteredDiskNodeInformer(client, resyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, f.tweakListOptions)
 }
 
 func (f *diskNodeInformer) Informer() cache.SharedIndexInformer {
-	return f.TypedInformer()
-}
-
-func (f *diskNodeInformer) TypedInformer() DiskNodeIndexInformer {
-	return cache.NewTypedSharedIndexInformer[*apisdiskfitv1alpha1.DiskNode](f.factory.InformerFor(&apisdiskfitv1alpha1.DiskNode{}, f.defaultInformer))
+	return f.factory.InformerFor(&apisdiskfitv1alpha1.DiskNode{}, f.defaultInformer)
 }
 
 func (f *diskNodeInformer) Lister() diskfitv1alpha1.DiskNodeLister {
 	return diskfitv1alpha1.NewDiskNodeLister(f.Informer().GetIndexer())
-}
-
-// ToTypedDiskNodeInformer converts an untyped informer into a TypedDiskNodeInformer.
-//
-// WARNING: this conversion is only safe if the informer handles objects of type
-// *DiskNode. If that is not the case, calling type-safe methods of the returned
-// TypedDiskNodeInformer leads to runtime panics. A safer alternative is to pass
-// around a TypedDiskNodeInformer instances that was obtained from a
-// SharedInformerFactory.
-func ToTypedDiskNodeInformer(informer DiskNodeInformer) TypedDiskNodeInformer {
-	if informer, ok := informer.(TypedDiskNodeInformer); ok {
-		return informer
-	}
-	return &diskNodeTypedInformerAdapter{informer}
-}
-
-type diskNodeTypedInformerAdapter struct {
-	DiskNodeInformer
-}
-
-func (a *diskNodeTypedInformerAdapter) TypedInformer() DiskNodeIndexInformer {
-	return cache.NewTypedSharedIndexInformer[*apisdiskfitv1alpha1.DiskNode](a.Informer())
-}
-
-// ToDiskNodeIndexInformer converts an untyped informer into a DiskNodeIndexInformer.
-//
-// WARNING: this conversion is only safe if the informer handles objects of type
-// *DiskNode. If that is not the case, calling type-safe methods of the returned
-// DiskNodeIndexInformer leads to runtime panics. A safer alternative is to pass
-// around a DiskNodeIndexInformer instances that was obtained from a
-// SharedInformerFactory.
-func ToDiskNodeIndexInformer(informer cache.SharedIndexInformer) DiskNodeIndexInformer {
-	if informer, ok := informer.(DiskNodeIndexInformer); ok {
-		return informer
-	}
-	return cache.NewTypedSharedIndexInformer[*apisdiskfitv1alpha1.DiskNode](informer)
 }

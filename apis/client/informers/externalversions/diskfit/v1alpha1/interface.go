@@ -25,7 +25,7 @@ import (
 // Interface provides access to all the informers in this group version.
 type Interface interface {
 	// DiskNodes returns a DiskNodeInformer.
-	DiskNodes() TypedDiskNodeInformer
+	DiskNodes() DiskNodeInformer
 }
 
 type version struct {
@@ -39,7 +39,7 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
 }
 
-// DiskNodes returns a TypedDiskNodeInformer.
-func (v *version) DiskNodes() TypedDiskNodeInformer {
+// DiskNodes returns a DiskNodeInformer.
+func (v *version) DiskNodes() DiskNodeInformer {
 	return &diskNodeInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
