@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	schedscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	nodeconfig "github.com/diskfit/diskfit/csi-driver/config"
@@ -542,5 +544,95 @@ func TestHelmLint(t *testing.T) {
 				t.Logf("helm lint, %s: %s", name, m)
 			}
 		}
+	}
+}
+
+// TestSchedulerImageFollowsTheClusterMinor: kube-scheduler must not be newer
+// than the API server, so without a tag the chart installs the scheduler
+// built for the cluster's minor (each older minor hack/kube-minor.sh builds
+// has its -kubeMINOR tag), the newest build on the newest minor and the one
+// after it, and refuses clusters older than every build; a tag in the
+// values is used as it is.
+func TestSchedulerImageFollowsTheClusterMinor(t *testing.T) {
+	out, err := exec.Command(filepath.Join(root, "hack", "kube-minor.sh"), "list").Output()
+	if err != nil {
+		t.Fatalf("hack/kube-minor.sh list: %v", err)
+	}
+	older := strings.Fields(string(out))
+	if len(older) == 0 {
+		t.Fatal("hack/kube-minor.sh lists no older minor")
+	}
+	want := map[string]string{"v1.37.2": "v0.1.0", "v1.38.0": "v0.1.0"}
+	for _, minor := range older {
+		want["v"+minor+".4"] = "v0.1.0-kube" + minor
+	}
+	image := func(objs []*unstructured.Unstructured) string {
+		return container(t, find(t, objs, "Deployment", "diskfit-scheduler"), "diskfit-scheduler")["image"].(string)
+	}
+	for version, tag := range want {
+		objs, err := RenderFor(version, nil)
+		if err != nil {
+			t.Errorf("Kubernetes %s: %v", version, err)
+			continue
+		}
+		if got := image(objs); got != "ghcr.io/diskfit/diskfit-scheduler:"+tag {
+			t.Errorf("Kubernetes %s: scheduler image %s, want tag %s", version, got, tag)
+		}
+	}
+	if _, err := RenderFor("v1.34.9", nil); err == nil {
+		t.Error("the chart installs on Kubernetes 1.34, for which no scheduler is built")
+	}
+	objs, err := RenderFor("v"+older[0]+".0", map[string]any{"scheduler": map[string]any{"image": map[string]any{"tag": "v0.2.0"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := image(objs); got != "ghcr.io/diskfit/diskfit-scheduler:v0.2.0" {
+		t.Errorf("with tag v0.2.0 the scheduler image is %s", got)
+	}
+}
+
+// On an older minor the chart installs what the production overlay with
+// that minor's scheduler component (manifests/scheduler/kubeMINOR)
+// installs.
+func TestOlderMinorsAreTheProductionOverlayWithTheirComponent(t *testing.T) {
+	out, err := exec.Command(filepath.Join(root, "hack", "kube-minor.sh"), "list").Output()
+	if err != nil {
+		t.Fatalf("hack/kube-minor.sh list: %v", err)
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, minor := range strings.Fields(string(out)) {
+		t.Run(minor, func(t *testing.T) {
+			dir := t.TempDir()
+			repo, err := filepath.Rel(dir, abs) // kustomize takes no absolute paths
+			if err != nil {
+				t.Fatal(err)
+			}
+			overlay := fmt.Sprintf("resources:\n- %s/manifests/overlays/production\ncomponents:\n- %s/manifests/scheduler/kube%s\n", repo, repo, minor)
+			if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			opts := krusty.MakeDefaultOptions()
+			opts.LoadRestrictions = types.LoadRestrictionsNone
+			res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+			if err != nil {
+				t.Fatalf("kustomize: %v", err)
+			}
+			raw, err := res.AsYaml()
+			if err != nil {
+				t.Fatal(err)
+			}
+			kust, err := decode(dir, raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			chart, err := RenderFor("v"+minor+".0", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertSameObjects(t, chart, kust)
+		})
 	}
 }

@@ -55,6 +55,11 @@ func Dir() string {
 // order. A value the schema or a template refuses is an error that says
 // why.
 func Render(values map[string]any) ([]*unstructured.Unstructured, error) {
+	return RenderFor(KubeVersion, values)
+}
+
+// RenderFor is Render for a cluster of the given Kubernetes version.
+func RenderFor(kubeVersion string, values map[string]any) ([]*unstructured.Unstructured, error) {
 	ch, err := loader.Load(Dir())
 	if err != nil {
 		return nil, fmt.Errorf("loading the chart: %w", err)
@@ -62,12 +67,12 @@ func Render(values map[string]any) ([]*unstructured.Unstructured, error) {
 	// Helm's packages may write into the maps they are given (helm lint's
 	// do): the caller's values stay as they were.
 	values = copyValues(values)
-	kv, err := common.ParseKubeVersion(KubeVersion)
+	kv, err := common.ParseKubeVersion(kubeVersion)
 	if err != nil {
 		return nil, err
 	}
 	if c := ch.Metadata.KubeVersion; c != "" && !chartutil.IsCompatibleRange(c, kv.String()) {
-		return nil, fmt.Errorf("the chart requires kubeVersion %s, which Kubernetes %s is not", c, KubeVersion)
+		return nil, fmt.Errorf("the chart requires kubeVersion %s, which Kubernetes %s is not", c, kubeVersion)
 	}
 	// Drops the subcharts whose condition is false, as helm install does
 	// before it installs CRDs.

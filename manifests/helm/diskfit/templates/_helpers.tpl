@@ -21,6 +21,26 @@ appVersion. Called with (list $ .Values.x.image).
 {{- end }}
 
 {{/*
+diskfit-scheduler's image. Without a tag in the values, the release's tag
+for the cluster's Kubernetes minor: kube-scheduler must not be newer than
+the API server, so the older minors (hack/kube-minor.sh list) have their own
+build, tagged -kube1.35 and so on; the newest serves its own minor and the
+next one (a scheduler may be one minor older than the API server).
+*/}}
+{{- define "diskfit.schedulerImage" -}}
+{{- $image := .Values.scheduler.image -}}
+{{- $tag := $image.tag -}}
+{{- if not $tag -}}
+{{- $minor := printf "%s.%s" .Capabilities.KubeVersion.Major (trimSuffix "+" .Capabilities.KubeVersion.Minor) -}}
+{{- $tag = .Chart.AppVersion -}}
+{{- if has $minor (list "1.35" "1.36") -}}
+{{- $tag = printf "%s-kube%s" .Chart.AppVersion $minor -}}
+{{- end -}}
+{{- end -}}
+{{- printf "%s:%s" $image.repository $tag -}}
+{{- end }}
+
+{{/*
 A container's resources, nothing when empty.
 */}}
 {{- define "diskfit.resources" -}}
