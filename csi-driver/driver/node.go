@@ -550,14 +550,21 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	readOnly := req.GetReadonly() || vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
 	if t := view.target; t != nil {
-		// Only this volume is the publication asked for, and only
-		// read-only when that was asked: an OK for anything else would
-		// give the pod another volume's data, or write access to a volume
-		// it is to read only. (A writable request may find a read-only
-		// mount: a bind mount of a staging mount made with "ro" is one.)
-		if !isPublicationOf(*t, dev, block) || (readOnly && !slices.Contains(t.MountOptions, "ro")) {
-			return nil, status.Errorf(codes.AlreadyExists, "target %s holds %s%s mounted %s, not volume %s (%s) with readonly=%t",
-				target, t.Source, t.Root, strings.Join(t.MountOptions, ","), req.GetVolumeId(), dev, readOnly)
+		// Only this volume is the publication asked for: an OK for
+		// another mount would give the pod another volume's data.
+		if !isPublicationOf(*t, dev, block) {
+			return nil, status.Errorf(codes.AlreadyExists, "target %s holds %s (root %s), not volume %s (%s)",
+				target, t.Source, t.Root, req.GetVolumeId(), dev)
+		}
+		// This volume writable where read-only was asked for is what a
+		// driver killed between bindMount's two system calls leaves, and
+		// this is the kubelet's retry: finish the publication. (A writable
+		// request may find a read-only mount: a bind mount of a staging
+		// mount made with "ro" is one.)
+		if readOnly && !slices.Contains(t.MountOptions, "ro") {
+			if err := remountReadOnly(target); err != nil {
+				return nil, status.Errorf(codes.Internal, "%s at %s: %v", req.GetVolumeId(), target, err)
+			}
 		}
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
@@ -583,10 +590,18 @@ func bindMount(source, target string, readOnly bool) error {
 	if !readOnly {
 		return nil
 	}
-	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+	if err := remountReadOnly(target); err != nil {
 		if uerr := unix.Unmount(target, 0); uerr != nil {
-			return fmt.Errorf("read-only remount: %w (and unmounting again: %v)", err, uerr)
+			return fmt.Errorf("%w (and unmounting again: %v)", err, uerr)
 		}
+		return err
+	}
+	return nil
+}
+
+// remountReadOnly makes the bind mount at target read-only.
+func remountReadOnly(target string) error {
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
 		return fmt.Errorf("read-only remount: %w", err)
 	}
 	return nil

@@ -1,25 +1,27 @@
 package driver
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/mount-utils"
 
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
 
 // TestPublishNeverReportsAnotherMountAsTheVolume: NodePublishVolume at a
 // target that already holds something answers OK only when that is the
-// volume asked for, published as asked. A target holding another volume
-// (Filesystem or Block), or this volume writable where read-only was
-// asked for, is ALREADY_EXISTS, as the CSI spec orders: an OK would tell
-// the kubelet that the pod has its volume, while the pod reads and writes
-// another one's data, or writes to a volume it was to get read-only.
+// volume asked for. A target holding another volume (Filesystem or
+// Block) is ALREADY_EXISTS, as the CSI spec orders: an OK would tell the
+// kubelet that the pod has its volume, while the pod reads and writes
+// another one's data.
 func TestPublishNeverReportsAnotherMountAsTheVolume(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
 	fsCap, blk := mountCap(), blockCap()
@@ -30,15 +32,12 @@ func TestPublishNeverReportsAnotherMountAsTheVolume(t *testing.T) {
 	type pub struct {
 		id, staging string
 		cap         *csi.VolumeCapability
-		readOnly    bool
 	}
 	a, b, c, d := pub{cap: fsCap}, pub{cap: fsCap}, pub{cap: blk}, pub{cap: blk}
 	a.id, a.staging = volume("pvc-publish-a", fsCap)
 	b.id, b.staging = volume("pvc-publish-b", fsCap)
 	c.id, c.staging = volume("pvc-publish-c", blk)
 	d.id, d.staging = volume("pvc-publish-d", blk)
-	roA := a
-	roA.readOnly = true
 
 	targets := map[string][]string{}
 	for _, tt := range []struct {
@@ -46,10 +45,9 @@ func TestPublishNeverReportsAnotherMountAsTheVolume(t *testing.T) {
 		owner, intruder pub
 	}{
 		{"another Filesystem volume", "shared", a, b},
-		{"the volume read-only where it is writable", "shared", a, roA},
 		{"another Block volume", "device", c, d},
 	} {
-		target, err := e.publish(t, tt.owner.id, tt.owner.staging, tt.target, tt.owner.cap, tt.owner.readOnly)
+		target, err := e.publish(t, tt.owner.id, tt.owner.staging, tt.target, tt.owner.cap, false)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.what, err)
 		}
@@ -61,12 +59,12 @@ func TestPublishNeverReportsAnotherMountAsTheVolume(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		_, err = e.publish(t, tt.intruder.id, tt.intruder.staging, tt.target, tt.intruder.cap, tt.intruder.readOnly)
+		_, err = e.publish(t, tt.intruder.id, tt.intruder.staging, tt.target, tt.intruder.cap, false)
 		if status.Code(err) != codes.AlreadyExists {
 			t.Errorf("publishing %s: %v, want AlreadyExists", tt.what, err)
 		}
 		// The same request again, as the kubelet retries it: OK.
-		if _, err := e.publish(t, tt.owner.id, tt.owner.staging, tt.target, tt.owner.cap, tt.owner.readOnly); err != nil {
+		if _, err := e.publish(t, tt.owner.id, tt.owner.staging, tt.target, tt.owner.cap, false); err != nil {
 			t.Errorf("%s: publishing the volume at its own target again: %v", tt.what, err)
 		}
 		if tt.target == "shared" {
@@ -85,4 +83,71 @@ func TestPublishNeverReportsAnotherMountAsTheVolume(t *testing.T) {
 	if loops := testdisk.LoopsBelow(e.paths["xfs"]); len(loops) > 0 {
 		t.Errorf("loop devices left: %v", loops)
 	}
+}
+
+// TestReadOnlyPublishRetryAfterCrashMidPublish: a read-only publication
+// takes two system calls, the bind mount and the read-only remount. A
+// driver killed between them leaves the volume bind mounted writable at
+// the target, and the kubelet retries the same read-only request; that
+// retry must end with the target read-only and answer OK. An
+// AlreadyExists is final for the kubelet: the pod would never start, and
+// the writable mount, never unpublished, would keep the volume in use.
+func TestReadOnlyPublishRetryAfterCrashMidPublish(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	for _, tt := range []struct {
+		name string
+		cap  *csi.VolumeCapability
+	}{
+		{"pvc-ro-retry-fs", mountCap()},
+		{"pvc-ro-retry-block", blockCap()},
+	} {
+		id := e.createWith(t, tt.name, 300*mi, tt.cap).VolumeId
+		staging := e.stage(t, id, tt.cap)
+		dev, err := e.d.disk("xfs").backend.Device(e.ctx, tt.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := filepath.Join(e.kubelet, "pods", tt.name)
+		source := staging
+		if tt.cap.GetBlock() != nil {
+			source = dev
+		}
+		// What bindMount's first system call leaves when the process
+		// dies before the second.
+		if err := makeTarget(target, tt.cap.GetBlock() != nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.publish(t, id, staging, tt.name, tt.cap, true); err != nil {
+			t.Errorf("%s: the kubelet's retry of the read-only publication: %v, want OK", tt.name, err)
+		}
+		if opts := mountOptionsAt(t, target); !slices.Contains(opts, "ro") {
+			t.Errorf("%s: the target is mounted %v after the read-only publication, want ro", tt.name, opts)
+		}
+		if tt.cap.GetBlock() == nil {
+			if err := os.WriteFile(filepath.Join(target, "x"), nil, 0o600); !errors.Is(err, unix.EROFS) {
+				t.Errorf("%s: writing at the read-only target: %v, want EROFS", tt.name, err)
+			}
+		}
+		e.teardown(t, id, staging, target)
+	}
+}
+
+// mountOptionsAt returns the per-mount options of what is mounted at
+// path, as the mount table shows them.
+func mountOptionsAt(t *testing.T, path string) []string {
+	t.Helper()
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts []string
+	for _, mi := range infos {
+		if mi.MountPoint == path {
+			opts = mi.MountOptions
+		}
+	}
+	return opts
 }
