@@ -552,7 +552,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if t := view.target; t != nil {
 		// Only this volume is the publication asked for: an OK for
 		// another mount would give the pod another volume's data.
-		if !isPublicationOf(*t, dev, block) {
+		if !view.targetIsVolume {
 			return nil, status.Errorf(codes.AlreadyExists, "target %s holds %s (root %s), not volume %s (%s)",
 				target, t.Source, t.Root, req.GetVolumeId(), dev)
 		}
@@ -639,17 +639,22 @@ type mountView struct {
 	staged string
 	// target is what is mounted at the target, nil if nothing.
 	target *mount.MountInfo
+	// targetIsVolume says that target is a publication of the volume.
+	targetIsVolume bool
 	// others are the volume's publications besides staging and target.
 	others []string
 }
 
 // mountsOf reads the mount table once for everything NodePublishVolume
-// needs to know: a Filesystem volume's bind mounts have the device as
-// source; a Block volume's are bind mounts of the device node in devtmpfs.
+// needs to know about the volume whose device is dev.
 func mountsOf(dev string, block bool, staging, target string) (mountView, error) {
 	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return mountView{}, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	isPublication, err := publicationsOf(dev, block)
+	if err != nil {
+		return mountView{}, err
 	}
 	var v mountView
 	for _, mi := range infos {
@@ -657,27 +662,37 @@ func mountsOf(dev string, block bool, staging, target string) (mountView, error)
 		case mi.MountPoint == staging:
 			v.staged = mi.Source
 		case mi.MountPoint == target:
-			v.target = &mi
-		case isPublicationOf(mi, dev, block):
+			v.target, v.targetIsVolume = &mi, isPublication(mi)
+		case isPublication(mi):
 			v.others = append(v.others, mi.MountPoint)
 		}
 	}
 	return v, nil
 }
 
-// isPublicationOf reports whether mi is a mount of the volume whose device
-// is dev: of its filesystem, or for Block of its device node.
-func isPublicationOf(mi mount.MountInfo, dev string, block bool) bool {
-	if block {
-		return isDeviceNodeMount(mi, dev)
+// publicationsOf returns the test of whether a mount is a publication of
+// the volume whose device is dev. A Filesystem volume's are mounts of
+// its filesystem: their source is dev. A Block volume's are bind mounts
+// of its device node, told by the device number: a block device node
+// with dev's. Its name and filesystem say nothing certain: the node is in
+// devtmpfs on a host, but in a tmpfs where /dev is a container's. Only
+// mounts of those two are looked at (stat of a hung network filesystem's
+// mount would hang).
+func publicationsOf(dev string, block bool) (func(mount.MountInfo) bool, error) {
+	if !block {
+		return func(mi mount.MountInfo) bool { return mi.Source == dev }, nil
 	}
-	return mi.Source == dev
-}
-
-// isDeviceNodeMount reports whether mi is a bind mount of dev's device
-// node, which is how a Block volume is published.
-func isDeviceNodeMount(mi mount.MountInfo, dev string) bool {
-	return mi.FsType == "devtmpfs" && mi.Root == "/"+filepath.Base(dev)
+	var want unix.Stat_t
+	if err := unix.Stat(dev, &want); err != nil {
+		return nil, fmt.Errorf("device %s: %w", dev, err)
+	}
+	return func(mi mount.MountInfo) bool {
+		if mi.FsType != "devtmpfs" && mi.FsType != "tmpfs" {
+			return false
+		}
+		var st unix.Stat_t
+		return unix.Stat(mi.MountPoint, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK && st.Rdev == want.Rdev
+	}, nil
 }
 
 // devicePublications lists the bind mounts of dev's device node.
@@ -686,9 +701,13 @@ func devicePublications(dev string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading mountinfo: %w", err)
 	}
+	isPublication, err := publicationsOf(dev, true)
+	if err != nil {
+		return nil, err
+	}
 	var pubs []string
 	for _, mi := range infos {
-		if isDeviceNodeMount(mi, dev) {
+		if isPublication(mi) {
 			pubs = append(pubs, mi.MountPoint)
 		}
 	}

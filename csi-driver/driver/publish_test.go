@@ -151,3 +151,52 @@ func mountOptionsAt(t *testing.T, path string) []string {
 	}
 	return opts
 }
+
+// TestBlockPublicationOnTmpfsDev: where the plugin's /dev is a tmpfs (a
+// container's, as in a kind node), a Block volume's publication is a bind
+// mount of a device node in that tmpfs, not in devtmpfs. It is still the
+// volume's publication: the kubelet's re-publish (it calls
+// NodePublishVolume again for Block volumes after a restart) answers OK,
+// and NodeUnstageVolume refuses to detach the loop device under it: the
+// pod's device node would lead to whatever volume gets that loop device
+// next. The node here is made with mknod in a tmpfs, as a container
+// runtime makes /dev.
+func TestBlockPublicationOnTmpfsDev(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	cap := blockCap()
+	id := e.createWith(t, "pvc-tmpfs-dev", 64*mi, cap).VolumeId
+	staging := e.stage(t, id, cap)
+	dev, err := e.d.disk("xfs").backend.Device(e.ctx, "pvc-tmpfs-dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		t.Fatal(err)
+	}
+	devDir := t.TempDir()
+	if err := unix.Mount("tmpfs", devDir, "tmpfs", 0, "mode=755"); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(devDir, unix.MNT_DETACH)
+	node := filepath.Join(devDir, filepath.Base(dev))
+	if err := unix.Mknod(node, unix.S_IFBLK|0o660, int(st.Rdev)); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(e.kubelet, "pods", "tmpfs-dev")
+	if err := makeTarget(target, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(node, target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.publish(t, id, staging, "tmpfs-dev", cap, false); err != nil {
+		t.Errorf("re-publishing the Block volume at its target: %v, want OK", err)
+	}
+	_, err = e.d.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+	wantCode(t, err, codes.FailedPrecondition)
+	if now, _ := e.d.disk("xfs").backend.Device(e.ctx, "pvc-tmpfs-dev"); now != dev {
+		t.Errorf("the volume's loop device is %q after the refused unstage, want %s, which the target still holds", now, dev)
+	}
+	e.teardown(t, id, staging, target)
+}
