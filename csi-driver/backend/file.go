@@ -41,8 +41,11 @@ type File struct {
 	// filesystem at Start (see loopFile).
 	volumesDev uint64
 	reflink    bool
-	space      spaceGuard
-	cow        cowCache
+	// claimed says that the state directory's disk record names this
+	// disk (claimStateDir).
+	claimed atomic.Bool
+	space   spaceGuard
+	cow     cowCache
 }
 
 var _ Backend = &File{}
@@ -78,7 +81,7 @@ func (f *File) Start(ctx context.Context) error {
 	if err := f.makeStateDirs(); err != nil {
 		return err
 	}
-	if err := f.claimStateDir(); err != nil {
+	if err := f.claimStateDir(ctx); err != nil {
 		return err
 	}
 	var st unix.Stat_t
@@ -242,6 +245,9 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		Content: ContentNone,
 	}
 	meta := filepath.Join(f.volumes, req.Key+metaSuffix)
+	if err := f.claimBeforeCreating(ctx); err != nil {
+		return nil, err
+	}
 	if err := f.clearLeftover(ctx, f.volumes, req.Key); err != nil {
 		return nil, err
 	}
@@ -642,6 +648,9 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	snap := &Snapshot{Key: key, Name: name, SourceVolume: sourceKey, SizeBytes: src.SizeBytes, State: StateCreating, CreatedAt: time.Now().UTC(),
 		Refs: Refs{NeverReferenced: true}}
 	meta := filepath.Join(f.snapshots, key+metaSuffix)
+	if err := f.claimBeforeCreating(ctx); err != nil {
+		return nil, err
+	}
 	if err := f.clearLeftover(ctx, f.snapshots, key); err != nil {
 		return nil, err
 	}

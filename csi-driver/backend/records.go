@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/csi-driver/fault"
 )
@@ -55,11 +56,18 @@ type diskRecord struct {
 // disks empty, the other would otherwise take the empty filesystem and
 // answer for its volumes there as gone. Removing the record by hand gives
 // a filesystem to another name.
-func (f *File) claimStateDir() error {
+//
+// A record that cannot be written (a full filesystem, one mounted
+// read-only) does not stop the disk: it is served as before records
+// existed, rather than its volumes made unavailable for want of a file
+// that protects nothing yet, and the next creation (claimBeforeCreating)
+// or start writes it.
+func (f *File) claimStateDir(ctx context.Context) error {
 	path := filepath.Join(f.path, stateDirName, diskRecordName)
 	var rec diskRecord
 	switch err := readJSON(path, &rec); {
 	case err == nil && rec.Name == f.name:
+		f.claimed.Store(true)
 		return nil
 	case err == nil:
 		return fmt.Errorf("%s is disk %q's, not %q's: are disks mounted at each other's paths? (to give it to %q, move or reclaim what %q holds there and remove %s)",
@@ -67,7 +75,21 @@ func (f *File) claimStateDir() error {
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("cannot tell which disk %s is: %w", f.path, err)
 	}
-	return f.writeJSONAtomic(path, diskRecord{Name: f.name}, true, fault.Step{})
+	if err := f.writeJSONAtomic(path, diskRecord{Name: f.name}, true, fault.Step{}); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot record the disk's name in its state directory yet; the next creation tries again", "disk", f.name, "path", path)
+		return nil
+	}
+	f.claimed.Store(true)
+	return nil
+}
+
+// claimBeforeCreating claims the state directory, if Start could not, before
+// a creation adds to it.
+func (f *File) claimBeforeCreating(ctx context.Context) error {
+	if f.claimed.Load() {
+		return nil
+	}
+	return f.claimStateDir(ctx)
 }
 
 // readRecord reads the record of key and returns ErrNotFound unless it is

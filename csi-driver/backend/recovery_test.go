@@ -211,3 +211,81 @@ func TestStateDirectoryBelongsToItsDisk(t *testing.T) {
 	}
 	refused("a disk whose record was written again")
 }
+
+// TestDiskWithoutRecordStartsWhereTheRecordCannotBeWritten: a state
+// directory that has no disk record yet (an older driver's) is served
+// when the record cannot be written, as it was before records existed:
+// on a full filesystem, and on one mounted read-only. Its volumes stay
+// reachable; refusing the disk would make them unavailable for want of a
+// file that protects nothing yet. The record is written at the first
+// creation once there is room, and then guards the disk as always.
+func TestDiskWithoutRecordStartsWhereTheRecordCannotBeWritten(t *testing.T) {
+	ctx := context.Background()
+	for _, fsType := range []string{"xfs", "ext4"} {
+		t.Run(fsType, func(t *testing.T) {
+			f, p := newFile(t, fsType, 320*mi, 0)
+			if _, err := f.CreateVolume(ctx, CreateRequest{Key: "vol", Name: "vol", SizeBytes: 4 * mi}); err != nil {
+				t.Fatal(err)
+			}
+			record := filepath.Join(p, stateDirName, diskRecordName)
+			if err := os.Remove(record); err != nil {
+				t.Fatal(err)
+			}
+			started := func(what string) *File {
+				t.Helper()
+				g := NewFile(testDiskName, p, 0, nil)
+				if err := g.Start(ctx); err != nil {
+					t.Fatalf("%s: Start: %v", what, err)
+				}
+				if _, err := g.GetVolume(ctx, "vol"); err != nil {
+					t.Errorf("%s: the volume: %v", what, err)
+				}
+				return g
+			}
+
+			testdisk.Run(t, "mount", "-o", "remount,ro", p)
+			started("read-only")
+			testdisk.Run(t, "mount", "-o", "remount,rw", p)
+
+			fill := fillDisk(t, p)
+			g := started("full")
+			if err := os.Remove(fill); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.CreateVolume(ctx, CreateRequest{Key: "new", Name: "new", SizeBytes: 4 * mi}); err != nil {
+				t.Fatal(err)
+			}
+			if err := NewFile("other", p, 0, nil).Start(ctx); err == nil {
+				t.Error("after a creation with room for the record, the disk started under another name")
+			}
+		})
+	}
+}
+
+// fillDisk fills the filesystem at p until not one more byte can be
+// written, and returns the file that holds the space.
+func fillDisk(t *testing.T, p string) string {
+	t.Helper()
+	path := filepath.Join(p, "fill")
+	fill, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fill.Close()
+	for _, size := range []int{1 << 20, 4096, 1} {
+		buf := make([]byte, size)
+		for {
+			if _, err := fill.Write(buf); err != nil {
+				break
+			}
+		}
+		fill.Sync()
+	}
+	probe := filepath.Join(p, "probe")
+	err = os.WriteFile(probe, []byte("x"), 0o600)
+	os.Remove(probe)
+	if err == nil {
+		t.Fatal("a byte could still be written to the filled disk")
+	}
+	return path
+}
