@@ -40,7 +40,8 @@ type File struct {
 	// volumesDev is the device number of the volume directory's
 	// filesystem at Start (see loopFile).
 	volumesDev uint64
-	reflink    bool
+	// reflink is the reflink probe's answer (hasReflink).
+	reflink atomic.Int32
 	// claimed says that the state directory's disk record names this
 	// disk (claimStateDir).
 	claimed atomic.Bool
@@ -95,7 +96,8 @@ func (f *File) Start(ctx context.Context) error {
 		return fmt.Errorf("stat %s: %w", f.volumes, err)
 	}
 	f.volumesDev = st.Dev
-	f.reflink = probeReflink(filepath.Join(f.path, stateDirName))
+	f.reflink.Store(reflinkUnknown)
+	f.hasReflink()
 	if err := f.recover(ctx, f.volumes); err != nil {
 		return err
 	}
@@ -188,7 +190,7 @@ func (f *File) Usage(_ context.Context) (Usage, error) {
 	}
 	size := int64(st.Blocks) * st.Frsize
 	avail := int64(st.Bavail) * st.Frsize
-	if f.reflink {
+	if f.hasReflink() {
 		cow, err := f.cowBytes()
 		if err != nil {
 			return Usage{}, err
@@ -234,7 +236,7 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		}
 		source = f.volumeFile(req.FromVolume)
 	}
-	if source != "" && !f.reflink {
+	if source != "" && !f.hasReflink() {
 		return nil, fmt.Errorf("copying %s: %w: the filesystem has no reflink", source, ErrUnsupported)
 	}
 	vol := &Volume{
@@ -634,11 +636,11 @@ func blankFile(path string) (bool, error) {
 // SupportsSnapshots implements Backend: only with reflink, because a full
 // copy of a large file would make CreateSnapshot take minutes and double the
 // space without the caller asking for it.
-func (f *File) SupportsSnapshots() bool { return f.reflink }
+func (f *File) SupportsSnapshots() bool { return f.hasReflink() }
 
 // CreateSnapshot implements Backend.
 func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error) {
-	if !f.reflink {
+	if !f.hasReflink() {
 		return nil, fmt.Errorf("snapshot: %w: the filesystem has no reflink", ErrUnsupported)
 	}
 	src, err := f.GetVolume(ctx, sourceKey)
@@ -724,23 +726,60 @@ func (f *File) ListSnapshots(ctx context.Context) ([]Snapshot, error) {
 	return snaps, nil
 }
 
+// The reflink probe's answers.
+const (
+	reflinkUnknown int32 = iota
+	reflinkYes
+	reflinkNo
+)
+
+// hasReflink reports whether the disk's filesystem can share extents
+// between files (reflink copies), as Start's probe found. A probe that
+// could not run (a full filesystem has no room for its files, a read-only
+// one none at all) runs again at the next ask, and until one answers the
+// disk is taken to have reflink: a snapshot then fails for want of space
+// rather than being refused as unsupported, and Usage keeps back what
+// copy-on-write may take (nothing where nothing is shared). Taken as "no",
+// a full disk's snapshots would have been reported unsupported, and their
+// copy-on-write space given out as free, until the next start.
+func (f *File) hasReflink() bool {
+	if r := f.reflink.Load(); r != reflinkUnknown {
+		return r == reflinkYes
+	}
+	ok, err := probeReflink(filepath.Join(f.path, stateDirName))
+	if err != nil {
+		return true
+	}
+	answer := reflinkNo
+	if ok {
+		answer = reflinkYes
+	}
+	f.reflink.Store(answer)
+	return ok
+}
+
 // probeReflink reports whether dir's filesystem can share extents between
-// files, by trying it.
-func probeReflink(dir string) bool {
+// files, by trying it. An error says that the probe could not tell: its
+// files could not be made or written, or the clone ran out of space.
+func probeReflink(dir string) (bool, error) {
 	src, err := os.CreateTemp(dir, "reflink-probe"+tmpInfix)
 	if err != nil {
-		return false
+		return false, err
 	}
 	defer os.Remove(src.Name())
 	defer src.Close()
 	if _, err := src.Write(make([]byte, 4096)); err != nil {
-		return false
+		return false, err
 	}
 	dst, err := os.CreateTemp(dir, "reflink-probe"+tmpInfix)
 	if err != nil {
-		return false
+		return false, err
 	}
 	defer os.Remove(dst.Name())
 	defer dst.Close()
-	return unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())) == nil
+	err = unix.IoctlFileClone(int(dst.Fd()), int(src.Fd()))
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return false, err
+	}
+	return err == nil, nil
 }

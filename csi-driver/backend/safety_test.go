@@ -169,3 +169,44 @@ func readAt(t *testing.T, path string, off int64, n int) []byte {
 	}
 	return b
 }
+
+// TestFullDiskAtStartKeepsSnapshotsAndTheirSpace: a disk that is full
+// when the driver starts cannot make the files of the reflink probe. That
+// says nothing of reflink: once there is room, the disk takes snapshots
+// as before, and Usage keeps back what copy-on-write of the volumes'
+// shared extents may take. Taking the failed probe for "no reflink" gave
+// that space out as free: volumes created in it would have left a volume
+// that rewrites its shared data failing its writes inside its pod.
+func TestFullDiskAtStartKeepsSnapshotsAndTheirSpace(t *testing.T) {
+	ctx := context.Background()
+	f, p := newFile(t, "xfs", 512*mi, 0)
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	testdisk.Run(t, "dd", "if=/dev/urandom", "of="+f.volumeFile("v"), "bs=1M", "count=64", "conv=notrunc,fsync")
+	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); err != nil {
+		t.Fatal(err)
+	}
+	fill := fillDisk(t, p)
+	g := NewFile(testDiskName, p, 0, nil)
+	if err := g.Start(ctx); err != nil {
+		t.Fatalf("Start on the full disk: %v", err)
+	}
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	if !g.SupportsSnapshots() {
+		t.Error("a disk with reflink that was full at start reports no snapshots")
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	u, err := g.Usage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if avail := int64(st.Bavail) * st.Frsize; u.FreeBytes > avail-64*mi {
+		t.Errorf("Usage reports %d bytes free of %d available, with 64Mi shared with a snapshot: the copy-on-write space is given out", u.FreeBytes, avail)
+	}
+}
