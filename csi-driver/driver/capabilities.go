@@ -47,6 +47,13 @@ func checkCapability(vc *csi.VolumeCapability) error {
 	return nil
 }
 
+// readerOnly reports whether vc's access mode allows reading only: such a
+// volume is staged read-only, so that the stage writes nothing to it, and
+// published read-only.
+func readerOnly(vc *csi.VolumeCapability) bool {
+	return vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+}
+
 // checkCapabilities checks a non-empty list of capabilities.
 func checkCapabilities(caps []*csi.VolumeCapability) error {
 	if len(caps) == 0 {

@@ -188,6 +188,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, status.Errorf(codes.Internal, "creating staging path: %v", err)
 	}
 	opts := append([]string{}, mnt.GetMountFlags()...)
+	if readerOnly(req.GetVolumeCapability()) && !slices.Contains(opts, "ro") {
+		opts = append(opts, "ro")
+	}
 	if fsType == "xfs" {
 		// Snapshots and clones carry their source's filesystem UUID; XFS
 		// refuses to mount a second filesystem with a UUID already mounted.
@@ -548,7 +551,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if len(view.others) > 0 && vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", req.GetVolumeId(), strings.Join(view.others, ", "))
 	}
-	readOnly := req.GetReadonly() || vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	readOnly := req.GetReadonly() || readerOnly(vc)
 	if t := view.target; t != nil {
 		// Only this volume is the publication asked for: an OK for
 		// another mount would give the pod another volume's data.

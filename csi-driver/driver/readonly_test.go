@@ -3,6 +3,7 @@ package driver
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -12,7 +13,8 @@ import (
 
 // TestReadOnlyStageWritesNothing: a volume staged read-only ("ro" in the
 // mount flags, as a PV made by hand to look at a retained volume's data
-// may ask) is not written by the stage: not even to grow an ext4 that an
+// may ask, or the access mode SINGLE_NODE_READER_ONLY) is mounted
+// read-only and not written by the stage: not even to grow an ext4 that an
 // expansion left smaller than its device, which a writable stage does
 // offline (e2fsck, resize2fs). The volume's data file reads the same
 // before and after, and the files on it are there.
@@ -37,19 +39,29 @@ func TestReadOnlyStageWritesNothing(t *testing.T) {
 	e.teardownNode(t, vol.VolumeId, staging, target)
 	before := fileSum(t, dataPath(e.paths["xfs"], "pvc-read-only"))
 
-	ro := withFS(mountCap(), "ext4")
-	ro.GetMount().MountFlags = []string{"ro"}
-	staging = e.stage(t, vol.VolumeId, ro)
-	reader, err := e.publish(t, vol.VolumeId, staging, "reader", ro, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if data, err := os.ReadFile(filepath.Join(reader, "data")); err != nil || string(data) != "hello" {
-		t.Errorf("the read-only stage reads %q, %v", data, err)
-	}
-	e.teardownNode(t, vol.VolumeId, staging, reader)
-	if after := fileSum(t, dataPath(e.paths["xfs"], "pvc-read-only")); after != before {
-		t.Error("a read-only stage changed the volume's data")
+	roFlag := withFS(mountCap(), "ext4")
+	roFlag.GetMount().MountFlags = []string{"ro"}
+	readerOnly := withFS(mountCap(), "ext4")
+	readerOnly.AccessMode.Mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	for _, tt := range []struct {
+		what string
+		ro   *csi.VolumeCapability
+	}{{`"ro" in the mount flags`, roFlag}, {"SINGLE_NODE_READER_ONLY", readerOnly}} {
+		staging = e.stage(t, vol.VolumeId, tt.ro)
+		if opts := mountOptionsAt(t, staging); !slices.Contains(opts, "ro") {
+			t.Errorf("%s: staged with %v, want ro", tt.what, opts)
+		}
+		reader, err := e.publish(t, vol.VolumeId, staging, "reader", tt.ro, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data, err := os.ReadFile(filepath.Join(reader, "data")); err != nil || string(data) != "hello" {
+			t.Errorf("%s: the read-only stage reads %q, %v", tt.what, data, err)
+		}
+		e.teardownNode(t, vol.VolumeId, staging, reader)
+		if after := fileSum(t, dataPath(e.paths["xfs"], "pvc-read-only")); after != before {
+			t.Errorf("%s: a read-only stage changed the volume's data", tt.what)
+		}
 	}
 
 	// A writable stage grows the filesystem as before.
