@@ -36,7 +36,10 @@ const (
 // success when the directory has nothing in the log that is not written,
 // and the shutdown unpins what it drops, so an operation whose last sync
 // comes just after the cut returns as if it had been made durable, which a
-// real power cut never lets happen.
+// real power cut never lets happen. The test cannot tell whether a data
+// file is synced before its ready record: on XFS the directory's fsync
+// forces the whole log, the data file's allocation with it.
+// TestRecordWaitsForWhatItVouchesFor checks that order.
 func TestOperationsThatReturnedSurviveAPowerCut(t *testing.T) {
 	const (
 		workers    = 16
