@@ -37,7 +37,7 @@ func TestStateDirectoryOnItsOwnDevice(t *testing.T) {
 		f.Close()
 	}
 	disk := strings.TrimSpace(testdisk.Run(t, "losetup", "--find", "--show", img))
-	t.Cleanup(func() { _, _ = testdisk.Output("losetup", "--detach", disk) })
+	testdisk.DetachAtCleanup(t, disk)
 	testdisk.Run(t, "mkfs.btrfs", "-q", "-f", disk)
 	testdisk.Run(t, "mount", disk, mnt)
 	t.Cleanup(func() { testdisk.Teardown(t, mnt) })
@@ -54,7 +54,7 @@ func TestStateDirectoryOnItsOwnDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = testdisk.Output("losetup", "--detach", dev) })
+	testdisk.DetachAtCleanup(t, dev)
 	if found, err := f.Device(ctx, "v"); err != nil || found != dev {
 		t.Errorf("Device of the attached volume: %q, %v, want %s", found, err, dev)
 	}
@@ -82,7 +82,7 @@ func TestBackupCopyOnTheSameDiskIsNotTheVolume(t *testing.T) {
 	testdisk.Run(t, "cp", "-a", "--reflink=always", filepath.Join(p, stateDirName), backup)
 	copyFile := filepath.Join(backup, stateDirName, volumesDirName, "v"+dataSuffix)
 	admin := strings.TrimSpace(testdisk.Run(t, "losetup", "--find", "--show", "--read-only", copyFile))
-	t.Cleanup(func() { _, _ = testdisk.Output("losetup", "--detach", admin) })
+	testdisk.DetachAtCleanup(t, admin)
 
 	if found, err := f.Device(ctx, "v"); err != nil || found != "" {
 		t.Errorf("Device of volume v, never attached: %q, %v, want none (%s serves the backup %s)", found, err, admin, copyFile)
@@ -94,6 +94,6 @@ func TestBackupCopyOnTheSameDiskIsNotTheVolume(t *testing.T) {
 	if dev == admin {
 		t.Errorf("Attach(v) handed out %s, the admin's device on the backup %s", dev, copyFile)
 	} else {
-		t.Cleanup(func() { _, _ = testdisk.Output("losetup", "--detach", dev) })
+		testdisk.DetachAtCleanup(t, dev)
 	}
 }

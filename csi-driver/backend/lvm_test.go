@@ -299,10 +299,10 @@ func TestLVMReal(t *testing.T) {
 	}
 	dev := strings.TrimSpace(testdisk.Run(t, "losetup", "--find", "--show", img))
 	vg := "diskfit-test-" + filepath.Base(dev)
+	testdisk.DetachAtCleanup(t, dev) // after the volume group is removed
 	t.Cleanup(func() {
 		_, _ = testdisk.Output("vgremove", "--yes", "--force", vg)
 		_, _ = testdisk.Output("pvremove", "--yes", dev)
-		_, _ = testdisk.Output("losetup", "--detach", dev)
 	})
 	l := NewLVM(vg, dev, true, 0, lvm.ExecRunner{})
 	if err := l.Start(ctx); err != nil {

@@ -20,6 +20,7 @@ import (
 func TestVolumeInUseOnADiskMountedAgain(t *testing.T) {
 	ctx := context.Background()
 	f, p, dev, src := attachedOnDiskTakenAway(t)
+	was, _ := testdisk.BackingOf(dev)
 	testdisk.Run(t, "mount", src, p)
 
 	if found, err := f.Device(ctx, "v"); err != nil || found != dev {
@@ -52,7 +53,7 @@ func TestVolumeInUseOnADiskMountedAgain(t *testing.T) {
 	if err := restarted.Detach(ctx, "v"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat("/sys/block/" + dev[len("/dev/"):] + "/loop/backing_file"); err == nil {
+	if now, ok := testdisk.BackingOf(dev); ok && now == was {
 		t.Errorf("%s is still attached after Detach", dev)
 	}
 	if err := restarted.DeleteVolume(ctx, "v"); err != nil {
@@ -68,6 +69,7 @@ func TestVolumeInUseOnADiskMountedAgain(t *testing.T) {
 func TestDetachWhileTheDiskIsAway(t *testing.T) {
 	ctx := context.Background()
 	f, p, dev, src := attachedOnDiskTakenAway(t)
+	was, _ := testdisk.BackingOf(dev)
 	if err := f.Health(ctx); err == nil {
 		t.Fatal("the disk is away but healthy")
 	}
@@ -77,7 +79,7 @@ func TestDetachWhileTheDiskIsAway(t *testing.T) {
 	if err := f.Detach(ctx, "v"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat("/sys/block/" + dev[len("/dev/"):] + "/loop/backing_file"); err == nil {
+	if now, ok := testdisk.BackingOf(dev); ok && now == was {
 		t.Errorf("%s is still attached after Detach", dev)
 	}
 
@@ -102,7 +104,7 @@ func attachedOnDiskTakenAway(t *testing.T) (f *File, p, dev, src string) {
 		t.Fatal(err)
 	}
 	// Runs before the disk's own cleanup, which finds devices by path.
-	t.Cleanup(func() { _, _ = testdisk.Output("losetup", "--detach", dev) })
+	testdisk.DetachAtCleanup(t, dev)
 	src = testdisk.Source(p)
 	testdisk.Run(t, "umount", "--lazy", p)
 	return f, p, dev, src

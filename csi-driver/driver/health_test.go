@@ -91,14 +91,12 @@ func TestDiskDisappears(t *testing.T) {
 			if err != nil || devTwo == "" {
 				t.Fatalf("volume on disk two: device %q, %v", devTwo, err)
 			}
+			testdisk.DetachAtCleanup(t, devTwo) // after the unmounts below
 			t.Cleanup(func() {
 				for _, p := range testdisk.MountsBelow(e.kubelet) {
 					if _, err := testdisk.Output("umount", p); err != nil {
 						t.Errorf("unmounting %s: %v", p, err)
 					}
-				}
-				if _, err := testdisk.Output("losetup", "--detach", devTwo); err != nil && !strings.Contains(err.Error(), "No such device") {
-					t.Errorf("detaching %s: %v", devTwo, err)
 				}
 			})
 

@@ -156,7 +156,8 @@ func TestFindAfterTheDiskIsMountedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Runs before the disk's own cleanup, which finds devices by path.
-	t.Cleanup(func() { _, _ = run(ctx, "losetup", "--detach", dev) })
+	testdisk.DetachAtCleanup(t, dev)
+	was, _ := testdisk.BackingOf(dev)
 
 	src := testdisk.Source(dir)
 	testdisk.Run(t, "umount", "--lazy", dir)
@@ -185,7 +186,7 @@ func TestFindAfterTheDiskIsMountedAgain(t *testing.T) {
 	if err := Detach(ctx, file); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(sysBlock, filepath.Base(dev), "loop", "backing_file")); err == nil {
+	if now, ok := testdisk.BackingOf(dev); ok && now == was {
 		t.Errorf("%s is still attached after Detach(%s)", dev, file)
 	}
 }

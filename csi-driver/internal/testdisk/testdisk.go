@@ -9,12 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/mount-utils"
 )
 
@@ -89,15 +89,8 @@ func New(t testing.TB, fsType string, size int64) string {
 	}
 	f.Close()
 	dev := strings.TrimSpace(Run(t, "losetup", "--find", "--show", img))
-	t.Cleanup(func() {
-		// A test that made the disk disappear may have detached it.
-		if !slices.Contains(LoopsBelow(dir), dev) {
-			return
-		}
-		if _, err := Output("losetup", "--detach", dev); err != nil {
-			t.Errorf("detaching disk loop device: %v", err)
-		}
-	})
+	// A test that made the disk disappear may have detached it.
+	DetachAtCleanup(t, dev)
 	switch fsType {
 	case "xfs":
 		Run(t, "mkfs.xfs", "-q", "-f", "-m", "reflink=1", dev)
@@ -109,6 +102,60 @@ func New(t testing.TB, fsType string, size int64) string {
 	Run(t, "mount", dev, mnt)
 	t.Cleanup(func() { Teardown(t, mnt) })
 	return mnt
+}
+
+// Backing identifies the file a loop device serves: the device number of
+// its filesystem and its inode, which stay the same when the filesystem
+// is detached lazily and the kernel names the file differently.
+type Backing struct{ Device, Inode uint64 }
+
+// BackingOf returns what the loop device dev serves now; ok is false when
+// it serves nothing.
+func BackingOf(dev string) (b Backing, ok bool) {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Backing{}, false
+	}
+	defer unix.Close(fd)
+	return backingOf(fd)
+}
+
+func backingOf(fd int) (Backing, bool) {
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if err != nil {
+		return Backing{}, false
+	}
+	return Backing{Device: info.Device, Inode: info.Inode}, true
+}
+
+// DetachAtCleanup detaches the loop device dev when the test ends, if it
+// still serves the file it serves now. A test, or the code it tests, may
+// detach dev before; the kernel then hands the number to whoever asks
+// next, as often as not another test binary running at the same time,
+// and detaching by name would pull that process's disk from under it:
+// its mount right after mkfs fails ("can't read superblock"), its writes
+// fail with EIO. The check and the detach go through one open of the
+// device.
+func DetachAtCleanup(t testing.TB, dev string) {
+	t.Helper()
+	want, ok := BackingOf(dev)
+	if !ok {
+		t.Fatalf("%s serves no file", dev)
+	}
+	t.Cleanup(func() {
+		fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		defer unix.Close(fd)
+		if now, ok := backingOf(fd); !ok || now != want {
+			return
+		}
+		// With this descriptor open the kernel detaches on its close.
+		if err := unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0); err != nil {
+			t.Errorf("detaching %s: %v", dev, err)
+		}
+	})
 }
 
 // Teardown unmounts everything mounted below root (deepest first),
