@@ -550,9 +550,9 @@ func TestHelmLint(t *testing.T) {
 // TestSchedulerImageFollowsTheClusterMinor: kube-scheduler must not be newer
 // than the API server, so without a tag the chart installs the scheduler
 // built for the cluster's minor (each older minor hack/kube-minor.sh builds
-// has its -kubeMINOR tag), the newest build on the newest minor and the one
-// after it, and refuses clusters older than every build; a tag in the
-// values is used as it is.
+// has its -kubeMINOR tag, also for providers' and pre-release versions),
+// the newest build on the newest minor and the one after it, and refuses
+// clusters no build may serve; a tag in the values is used as it is.
 func TestSchedulerImageFollowsTheClusterMinor(t *testing.T) {
 	out, err := exec.Command(filepath.Join(root, "hack", "kube-minor.sh"), "list").Output()
 	if err != nil {
@@ -562,9 +562,11 @@ func TestSchedulerImageFollowsTheClusterMinor(t *testing.T) {
 	if len(older) == 0 {
 		t.Fatal("hack/kube-minor.sh lists no older minor")
 	}
-	want := map[string]string{"v1.37.2": "v0.1.0", "v1.38.0": "v0.1.0"}
+	want := map[string]string{"v1.37.2": "v0.1.0", "v1.38.0": "v0.1.0", "v1.38.0-alpha.1": "v0.1.0"}
 	for _, minor := range older {
 		want["v"+minor+".4"] = "v0.1.0-kube" + minor
+		want["v"+minor+".2-eks-4d2a7c1"] = "v0.1.0-kube" + minor // a provider's build
+		want["v"+minor+".0-rc.1"] = "v0.1.0-kube" + minor
 	}
 	image := func(objs []*unstructured.Unstructured) string {
 		return container(t, find(t, objs, "Deployment", "diskfit-scheduler"), "diskfit-scheduler")["image"].(string)
@@ -579,8 +581,11 @@ func TestSchedulerImageFollowsTheClusterMinor(t *testing.T) {
 			t.Errorf("Kubernetes %s: scheduler image %s, want tag %s", version, got, tag)
 		}
 	}
-	if _, err := RenderFor("v1.34.9", nil); err == nil {
-		t.Error("the chart installs on Kubernetes 1.34, for which no scheduler is built")
+	for _, version := range []string{"v1.34.9", "v1.39.0"} {
+		// 1.34: no build; 1.39: the newest build would be two minors older.
+		if _, err := RenderFor(version, nil); err == nil {
+			t.Errorf("the chart installs on Kubernetes %s, which no scheduler build may serve", version)
+		}
 	}
 	objs, err := RenderFor("v"+older[0]+".0", map[string]any{"scheduler": map[string]any{"image": map[string]any{"tag": "v0.2.0"}}})
 	if err != nil {

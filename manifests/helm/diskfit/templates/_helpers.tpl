@@ -31,10 +31,11 @@ next one (a scheduler may be one minor older than the API server).
 {{- $image := .Values.scheduler.image -}}
 {{- $tag := $image.tag -}}
 {{- if not $tag -}}
-{{- $minor := printf "%s.%s" .Capabilities.KubeVersion.Major (trimSuffix "+" .Capabilities.KubeVersion.Minor) -}}
 {{- $tag = .Chart.AppVersion -}}
-{{- if has $minor (list "1.35" "1.36") -}}
-{{- $tag = printf "%s-kube%s" .Chart.AppVersion $minor -}}
+{{- range $minor := list "1.35" "1.36" -}}
+{{- if semverCompare (printf "~%s.0-0" $minor) $.Capabilities.KubeVersion.Version -}}
+{{- $tag = printf "%s-kube%s" $.Chart.AppVersion $minor -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- printf "%s:%s" $image.repository $tag -}}
