@@ -81,14 +81,17 @@ verify: tools ## Fail when generated files are stale or a manifest does not rend
 
 .PHONY: test
 test: deps tools ## Run every test that runs on this machine (unit, csi-sanity, local cluster). Needs root.
+	hack/kube-minor.sh check
 	$(GO) test -count=1 -timeout 45m ./...
 
 .PHONY: test-kube-minors
-test-kube-minors: ## Build diskfit-scheduler for the older Kubernetes minors (hack/kube-minor.sh list) and run the plugin's tests and the scheduler against each minor's kube-apiserver (cold: about 15 minutes per minor).
+test-kube-minors: ## For each older Kubernetes minor (hack/kube-minor.sh list): build diskfit-scheduler for it and run the plugin's tests and the scheduler against its kube-apiserver, then the driver's, controller's and CLI's one build against that API server (test/skew). Cold: about 15 minutes per minor.
 	@for minor in $$(hack/kube-minor.sh list); do \
 		echo "== Kubernetes $$minor"; \
 		hack/kube-minor.sh test $$minor -count=1 -timeout 20m || exit 1; \
 		hack/kube-minor.sh build $$minor -o $(BIN)/diskfit-scheduler-kube$$minor || exit 1; \
+		hack/kube-minor.sh controlplane $$minor -o $(BIN)/controlplane-kube$$minor || exit 1; \
+		$(GO) test -count=1 -timeout 10m ./test/skew -controlplane $(BIN)/controlplane-kube$$minor || exit 1; \
 	done
 
 .PHONY: unit

@@ -5,7 +5,9 @@
 #   hack/kube-minor.sh list                  the older minors, one per line
 #   hack/kube-minor.sh test MINOR [FLAGS]    the scheduler's tests for MINOR
 #   hack/kube-minor.sh build MINOR [FLAGS]   diskfit-scheduler for MINOR (e.g. -o bin/diskfit-scheduler-kube1.35)
-#   hack/kube-minor.sh go MINOR CMD [ARGS]   any go command for MINOR
+#   hack/kube-minor.sh controlplane MINOR [FLAGS]  the tests' control plane for MINOR (test/cmd/controlplane, for test/skew)
+#   hack/kube-minor.sh go MINOR CMD [ARGS]   a go command that takes build flags (build, test, vet, list, run) for MINOR
+#   hack/kube-minor.sh check                 every older minor's module file resolves what is built for it (no compiling)
 #   hack/kube-minor.sh update MINOR          rewrite hack/kube/MINOR.mod and .sum from go.mod
 #
 # go.mod is the newest minor's; each older minor has a module file,
@@ -32,9 +34,12 @@ declare -A release=(
 # with older API servers); the local cluster is the newest minor's.
 tests=(./apis/... ./scheduler-plugin/... ./test/kubeminor)
 scheduler=./cmd/diskfit-scheduler
+# The control plane the newest minor's clients (driver, controller, CLI)
+# are tested against in test/skew.
+controlplane=./test/cmd/controlplane
 
 usage() {
-	sed -n '4,9p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2
+	sed -n '4,11p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2
 	exit 2
 }
 
@@ -75,7 +80,7 @@ update() {
 	cp go.sum "${mod%.mod}.sum"
 	go mod edit -modfile="$mod" -require="k8s.io/kubernetes@$k8s"
 	go mod tidy -e -modfile="$mod" 2>/dev/null
-	minor_go "$minor" list -mod=mod -deps -test "${tests[@]}" "$scheduler" >/dev/null
+	minor_go "$minor" list -mod=mod -deps -test "${tests[@]}" "$scheduler" "$controlplane" >/dev/null
 	echo "$mod: k8s.io/kubernetes $k8s, staging $staging, etcd $etcd"
 }
 
@@ -84,7 +89,18 @@ case $1 in
 list) printf '%s\n' "${!release[@]}" | sort -V ;;
 test) [[ $# -ge 2 ]] || usage; minor_go "$2" test "${@:3}" "${tests[@]}" ;;
 build) [[ $# -ge 2 ]] || usage; minor_go "$2" build "${@:3}" "$scheduler" ;;
+controlplane) [[ $# -ge 2 ]] || usage; minor_go "$2" build "${@:3}" "$controlplane" ;;
 go) [[ $# -ge 3 ]] || usage; minor_go "${@:2}" ;;
 update) [[ $# -eq 2 ]] || usage; update "$2" ;;
+check)
+	# A module file that no longer covers an import (go.mod gained one)
+	# fails here, with the command that fixes it.
+	for minor in $(printf '%s\n' "${!release[@]}" | sort -V); do
+		if ! minor_go "$minor" list -deps -test "${tests[@]}" "$scheduler" "$controlplane" >/dev/null; then
+			echo "hack/kube/$minor.mod is stale: run hack/kube-minor.sh update $minor" >&2
+			exit 1
+		fi
+	done
+	;;
 *) usage ;;
 esac

@@ -108,7 +108,8 @@ func TestPodWithSeveralClaimsIsPlacedOnItsDisks(t *testing.T) {
 	}
 	defer w.Stop()
 	firstPlaced := map[string]*v1.PersistentVolumeClaim{}
-	var provisionErr error
+	sizes := map[string]int64{"data-0": 9 * gi, "data-1": 3 * gi, "data-2": 1 * gi}
+	provisionErrs := make(chan error, len(sizes))
 	var watching sync.WaitGroup
 	watching.Go(func() {
 		for ev := range w.ResultChan() {
@@ -122,13 +123,12 @@ func TestPodWithSeveralClaimsIsPlacedOnItsDisks(t *testing.T) {
 			firstPlaced[pvc.Name] = pvc
 			// As external-provisioner would: the PV on the selected node,
 			// bound to the claim; the PV controller completes the binding.
-			if err := provision(ctx, kube, pvc); err != nil && provisionErr == nil {
-				provisionErr = err
+			if err := provision(ctx, kube, pvc); err != nil {
+				provisionErrs <- err
 			}
 		}
 	})
 
-	sizes := map[string]int64{"data-0": 9 * gi, "data-1": 3 * gi, "data-2": 1 * gi}
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "app-0", Namespace: "app"},
 		Spec: v1.PodSpec{
@@ -160,6 +160,11 @@ func TestPodWithSeveralClaimsIsPlacedOnItsDisks(t *testing.T) {
 
 	var bound *v1.Pod
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-provisionErrs:
+			return false, err
+		default:
+		}
 		bound, err = kube.CoreV1().Pods("app").Get(ctx, pod.Name, metav1.GetOptions{})
 		return err == nil && bound.Spec.NodeName != "", err
 	})
@@ -168,9 +173,6 @@ func TestPodWithSeveralClaimsIsPlacedOnItsDisks(t *testing.T) {
 	}
 	w.Stop()
 	watching.Wait()
-	if provisionErr != nil {
-		t.Fatal(provisionErr)
-	}
 	if bound.Spec.NodeName != "n1" {
 		t.Fatalf("pod bound to %s, want n1 (only n1 has a disk for 9Gi)", bound.Spec.NodeName)
 	}
