@@ -185,6 +185,10 @@ type Backend interface {
 	// Start prepares the disk and finishes or undoes whatever a crash
 	// interrupted. It is called once before any other method.
 	Start(ctx context.Context) error
+	// Close releases the disk for another Backend (another process) to
+	// start on it; a process that exits releases it too. Nothing else is
+	// called after it.
+	Close() error
 	// Health returns nil when new volumes can be placed on the disk, or an
 	// error saying why not.
 	Health(ctx context.Context) error

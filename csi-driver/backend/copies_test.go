@@ -41,7 +41,8 @@ func TestCopiesOfAVolumeBeingExpandedKeepTheirData(t *testing.T) {
 		}
 	}
 
-	restarted := NewFile(testDiskName, p, 0, nil)
+	f.Close()
+	restarted := closing(t, NewFile(testDiskName, p, 0, nil))
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,8 @@ func TestStartNeverCutsASnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if err := NewFile(testDiskName, p, 0, nil).Start(ctx); err != nil {
+	f.Close()
+	if err := closing(t, NewFile(testDiskName, p, 0, nil)).Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := readAt(t, f.snapshotFile("s"), grown-int64(len(marker)), len(marker)); !bytes.Equal(got, marker) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,11 @@ type File struct {
 	claimed atomic.Bool
 	space   spaceGuard
 	cow     cowCache
+
+	// lock is the state directory, open and locked while this backend
+	// holds the disk (lockDisk); nil before Start and after Close.
+	lockMu sync.Mutex
+	lock   *os.File
 }
 
 var _ Backend = &File{}
@@ -72,16 +78,25 @@ func (f *File) SetReserved(bytes int64) { f.reserved.Store(bytes) }
 // Kind implements Backend.
 func (f *File) Kind() v1alpha1.Backend { return v1alpha1.BackendFile }
 
-// Start implements Backend: it creates the state directories, checks that
-// they are this disk's (claimStateDir), probes reflink support and rolls
-// back interrupted creations and deletions.
-func (f *File) Start(ctx context.Context) error {
+// Start implements Backend: it creates the state directories, takes the
+// disk (lockDisk), checks that the state directories are this disk's
+// (claimStateDir), probes reflink support and rolls back interrupted
+// creations and deletions. A Start that fails lets go of the disk again.
+func (f *File) Start(ctx context.Context) (err error) {
 	if err := f.checkMounted(); err != nil {
 		return err
 	}
 	if err := f.makeStateDirs(); err != nil {
 		return err
 	}
+	if err := f.lockDisk(); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
 	if err := f.claimStateDir(ctx); err != nil {
 		return err
 	}
@@ -102,6 +117,51 @@ func (f *File) Start(ctx context.Context) error {
 		return err
 	}
 	return f.recover(ctx, f.snapshots)
+}
+
+// lockDisk takes an exclusive lock on the state directory, held until
+// Close, so that one backend at a time serves the disk. Start rolls back
+// every creation that did not finish, which is only right when no other
+// process is in the middle of one: a second driver on the node (a
+// force-deleted driver pod whose container still runs while its
+// replacement starts, two installations side by side) would remove the
+// data file of a volume that the first then reports created. The lock is
+// flock(2) on the directory itself, which needs nothing written (a
+// read-only or full filesystem is locked as any other) and which the
+// kernel drops when the holder dies, so a crashed driver never leaves the
+// disk locked. Taking it again while holding it does nothing.
+func (f *File) lockDisk() error {
+	f.lockMu.Lock()
+	defer f.lockMu.Unlock()
+	if f.lock != nil {
+		return nil
+	}
+	dir := filepath.Join(f.path, stateDirName)
+	lock, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("opening state directory to lock it: %w", err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		lock.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("another process serves the disk at %s (it holds the lock on %s): is a second diskfit driver running on this node, such as a driver pod still terminating or a second installation? The disk is served once that one is gone", f.path, dir)
+		}
+		return fmt.Errorf("locking %s: %w", dir, err)
+	}
+	f.lock = lock
+	return nil
+}
+
+// Close implements Backend: it releases the disk's lock (lockDisk).
+func (f *File) Close() error {
+	f.lockMu.Lock()
+	defer f.lockMu.Unlock()
+	if f.lock == nil {
+		return nil
+	}
+	err := f.lock.Close()
+	f.lock = nil
+	return err
 }
 
 // checkMounted refuses a path that is neither a mount point nor already

@@ -43,7 +43,7 @@ func TestStateDirectoryOnItsOwnDevice(t *testing.T) {
 	t.Cleanup(func() { testdisk.Teardown(t, mnt) })
 	testdisk.Run(t, "btrfs", "subvolume", "create", filepath.Join(mnt, stateDirName))
 
-	f := NewFile(testDiskName, mnt, 0, nil)
+	f := closing(t, NewFile(testDiskName, mnt, 0, nil))
 	if err := f.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,10 @@ func (l *LVM) SetReserved(bytes int64) { l.reserved.Store(bytes) }
 // Kind implements Backend.
 func (l *LVM) Kind() v1alpha1.Backend { return v1alpha1.BackendLVM }
 
+// Close implements Backend. The LVM backend takes no lock of its own on
+// the volume group, so it has nothing to release.
+func (l *LVM) Close() error { return nil }
+
 // Start implements Backend.
 func (l *LVM) Start(ctx context.Context) error {
 	if l.dmErr = lvm.CheckDeviceMapper(l.dmControl); l.dmErr != nil {

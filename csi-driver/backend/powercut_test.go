@@ -114,10 +114,11 @@ func TestOperationsThatReturnedSurviveAPowerCut(t *testing.T) {
 	}
 	wg.Wait()
 
+	f.Close()
 	dev := testdisk.Source(p)
 	testdisk.Run(t, "umount", p)
 	testdisk.Run(t, "mount", dev, p)
-	restarted := NewFile(testDiskName, p, 0, nil)
+	restarted := closing(t, NewFile(testDiskName, p, 0, nil))
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatalf("start after the power cut: %v", err)
 	}

@@ -27,7 +27,8 @@ import (
 // replaced atomically (writeJSONAtomic). Whatever a crash interrupts
 // therefore leaves a record that is not ready, a data file without a
 // record, or a data file larger than its record, and Start puts each
-// right (recovery.go).
+// right (recovery.go). The backend serving the disk holds a lock on
+// <path>/diskfit itself (lockDisk).
 
 const (
 	stateDirName    = "diskfit"

@@ -42,7 +42,8 @@ func TestFileRecovery(t *testing.T) {
 	if _, err := f.GetVolume(ctx, "creating"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a volume still being created is visible: %v", err)
 	}
-	restarted := NewFile(testDiskName, p, 0, nil)
+	f.Close()
+	restarted := closing(t, NewFile(testDiskName, p, 0, nil))
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,8 @@ func TestRecoveryKeepsVolumesWhoseRecordCannotBeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	restarted := NewFile(testDiskName, p, 0, nil)
+	f.Close()
+	restarted := closing(t, NewFile(testDiskName, p, 0, nil))
 	err = restarted.Start(ctx)
 	if err == nil || !strings.Contains(err.Error(), record) {
 		t.Errorf("start with an unreadable record: %v, want an error naming %s", err, record)
@@ -127,7 +129,8 @@ func TestStartKeepsVolumesWhoseRecordDoesNotDecode(t *testing.T) {
 	if err := os.WriteFile(record, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	restarted := NewFile(testDiskName, p, 0, nil)
+	f.Close()
+	restarted := closing(t, NewFile(testDiskName, p, 0, nil))
 	if err := restarted.Start(ctx); err == nil || !strings.Contains(err.Error(), record) {
 		t.Errorf("start with a record that does not decode: %v, want an error naming %s", err, record)
 	}
@@ -163,7 +166,8 @@ func TestStartNeverCutsBackBelowAnAttachedDevice(t *testing.T) {
 	}
 	testdisk.Run(t, "losetup", "--set-capacity", dev)
 
-	restarted := NewFile(testDiskName, p, 0, nil)
+	f.Close()
+	restarted := closing(t, NewFile(testDiskName, p, 0, nil))
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -183,21 +187,29 @@ func TestStartNeverCutsBackBelowAnAttachedDevice(t *testing.T) {
 func TestStateDirectoryBelongsToItsDisk(t *testing.T) {
 	ctx := context.Background()
 	f, p := newFile(t, "xfs", 1<<30, 0)
+	// Each start is a driver restarted on the disk under the name given.
+	start := func(name string) error {
+		f.Close()
+		f = closing(t, NewFile(name, p, 0, nil))
+		return f.Start(ctx)
+	}
 	refused := func(what string) {
 		t.Helper()
-		err := NewFile("other", p, 0, nil).Start(ctx)
-		if err == nil || !strings.Contains(err.Error(), `disk "disk"'s`) {
+		if err := start("other"); err == nil || !strings.Contains(err.Error(), `disk "disk"'s`) {
 			t.Fatalf("%s started under another name: %v", what, err)
 		}
 	}
 	refused("an empty disk")
-	if err := NewFile(testDiskName, p, 0, nil).Start(ctx); err != nil {
+	if err := start(testDiskName); err != nil {
 		t.Fatalf("the disk started under its own name again: %v", err)
 	}
 	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "vol", Name: "vol", SizeBytes: 4 * mi}); err != nil {
 		t.Fatal(err)
 	}
 	refused("a disk holding a volume")
+	if err := start(testDiskName); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.GetVolume(ctx, "vol"); err != nil {
 		t.Fatalf("the volume after the refused start: %v", err)
 	}
@@ -206,7 +218,7 @@ func TestStateDirectoryBelongsToItsDisk(t *testing.T) {
 	if err := os.Remove(filepath.Join(p, stateDirName, diskRecordName)); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewFile(testDiskName, p, 0, nil).Start(ctx); err != nil {
+	if err := start(testDiskName); err != nil {
 		t.Fatalf("a state directory without a disk record: %v", err)
 	}
 	refused("a disk whose record was written again")
@@ -231,9 +243,12 @@ func TestDiskWithoutRecordStartsWhereTheRecordCannotBeWritten(t *testing.T) {
 			if err := os.Remove(record); err != nil {
 				t.Fatal(err)
 			}
+			// Each start is a driver restarted on the disk.
 			started := func(what string) *File {
 				t.Helper()
-				g := NewFile(testDiskName, p, 0, nil)
+				f.Close()
+				g := closing(t, NewFile(testDiskName, p, 0, nil))
+				f = g
 				if err := g.Start(ctx); err != nil {
 					t.Fatalf("%s: Start: %v", what, err)
 				}
@@ -255,7 +270,8 @@ func TestDiskWithoutRecordStartsWhereTheRecordCannotBeWritten(t *testing.T) {
 			if _, err := g.CreateVolume(ctx, CreateRequest{Key: "new", Name: "new", SizeBytes: 4 * mi}); err != nil {
 				t.Fatal(err)
 			}
-			if err := NewFile("other", p, 0, nil).Start(ctx); err == nil {
+			g.Close()
+			if err := closing(t, NewFile("other", p, 0, nil)).Start(ctx); err == nil {
 				t.Error("after a creation with room for the record, the disk started under another name")
 			}
 		})

@@ -33,7 +33,8 @@ func TestVolumeInUseOnADiskMountedAgain(t *testing.T) {
 	const grown = 128 * mi
 	testdisk.Run(t, "fallocate", "-l", fmt.Sprint(grown), f.volumeFile("v"))
 	testdisk.Run(t, "losetup", "--set-capacity", dev)
-	restarted := NewFile(testDiskName, p, 0, nil)
+	f.Close()
+	restarted := closing(t, NewFile(testDiskName, p, 0, nil))
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

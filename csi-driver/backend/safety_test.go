@@ -25,7 +25,7 @@ func TestFailedExpansionGivesTheSpaceBack(t *testing.T) {
 			testdisk.Require(t)
 			p := testdisk.New(t, "xfs", 512*mi)
 			injected := errors.New("injected failure")
-			f := NewFile(testDiskName, p, 0, fault.FailAt(step, injected))
+			f := closing(t, NewFile(testDiskName, p, 0, fault.FailAt(step, injected)))
 			if err := f.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,8 @@ func TestFailedExpansionNeverCutsBelowAnAttachedDevice(t *testing.T) {
 	marker := bytes.Repeat([]byte("DATA"), 1024)
 	writeAt(t, dev, 48*mi, marker)
 
-	restarted := NewFile(testDiskName, p, 0, nil)
+	f.Close()
+	restarted := closing(t, NewFile(testDiskName, p, 0, nil))
 	if err := restarted.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,8 @@ func TestFullDiskAtStartKeepsSnapshotsAndTheirSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill := fillDisk(t, p)
-	g := NewFile(testDiskName, p, 0, nil)
+	f.Close()
+	g := closing(t, NewFile(testDiskName, p, 0, nil))
 	if err := g.Start(ctx); err != nil {
 		t.Fatalf("Start on the full disk: %v", err)
 	}

@@ -247,6 +247,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 			}
 			req := tc.prepare(t, e)
 
+			// The driver process takes over the disk from the one that
+			// prepared it.
+			stopDisks(e.d)
 			sock := filepath.Join(t.TempDir(), "csi.sock")
 			child := exec.Command(os.Args[0], "-test.run=^$")
 			child.Env = append(os.Environ(), fault.EnvVar+"="+step.String(),
@@ -274,7 +277,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 			cfg := e.d.cfg
 			cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 			cfg.StatusInterval = 100 * time.Millisecond
-			ctx := runDriver(t, e.ctx, cfg)
+			ctx := runDriver(t, e, e.ctx, cfg)
 			restarted := dial(t, cfg.Endpoint)
 			// Before the retry: whatever the crash left is finished or
 			// undone, and no space is held that no record accounts for.

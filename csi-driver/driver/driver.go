@@ -481,10 +481,12 @@ func (d *Driver) Run(ctx context.Context) error {
 		srv.GracefulStop()
 		close(stopped)
 	}()
+	graceful := true
 	select {
 	case <-stopped:
 	case <-time.After(30 * time.Second):
 		srv.Stop()
+		graceful = false
 	}
 	if httpSrv != nil {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -494,6 +496,16 @@ func (d *Driver) Run(ctx context.Context) error {
 	<-statusDone
 	<-reloadDone
 	<-orphansDone
+	if graceful {
+		// Every call has returned: let go of the disks, as the process's
+		// exit would, so that another driver may take them. After a forced
+		// stop calls may still be running; the exit releases them then.
+		for _, dk := range d.disks() {
+			if err := dk.backend.Close(); err != nil {
+				logger.Error(err, "Releasing disk", "disk", dk.name)
+			}
+		}
+	}
 	return nil
 }
 

@@ -42,7 +42,7 @@ func TestRunServesAndPublishes(t *testing.T) {
 	cfg := e.d.cfg
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	cfg.MetricsAddress = freePort(t)
-	ctx := runDriver(t, e.ctx, cfg)
+	ctx := runDriver(t, e, e.ctx, cfg)
 
 	conn, err := grpc.NewClient(cfg.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -222,7 +222,7 @@ func TestStatusRetriesUntilNodeExists(t *testing.T) {
 	}
 	cfg := e.d.cfg
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
-	ctx := runDriver(t, e.ctx, cfg)
+	ctx := runDriver(t, e, e.ctx, cfg)
 	if err := waitFor(ctx, func() (bool, error) {
 		acts := e.kube.Actions()
 		return len(acts) > 0 && acts[len(acts)-1].GetResource().Resource == "nodes", nil
@@ -243,14 +243,17 @@ func TestStatusRetriesUntilNodeExists(t *testing.T) {
 	}
 }
 
-// runDriver builds a driver from cfg and runs it until the test ends, when
-// Run must return without error. It returns the driver's context.
-func runDriver(t *testing.T, parent context.Context, cfg Config) context.Context {
+// runDriver builds a driver from cfg and runs it in place of e.d, whose
+// disks it releases first, until the test ends, when Run must return
+// without error. It returns the driver's context.
+func runDriver(t *testing.T, e *env, parent context.Context, cfg Config) context.Context {
 	t.Helper()
+	stopDisks(e.d)
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.d = d
 	ctx, cancel := context.WithCancel(parent)
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -259,6 +262,7 @@ func runDriver(t *testing.T, parent context.Context, cfg Config) context.Context
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
+		stopDisks(d)
 	})
 	return ctx
 }

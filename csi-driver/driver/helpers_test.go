@@ -86,8 +86,17 @@ func newEnvContext(t testing.TB, ctx context.Context, disks []testDisk, faults *
 		t.Fatal(err)
 	}
 	d.Start(ctx)
+	t.Cleanup(func() { stopDisks(d) })
 	e.d = d
 	return e
+}
+
+// stopDisks releases d's disks, as the exit of its process does, so that
+// another driver can start on them.
+func stopDisks(d *Driver) {
+	for _, dk := range d.disks() {
+		_ = dk.backend.Close()
+	}
 }
 
 // twoDisks is the usual layout: a small and a big XFS disk.
@@ -181,10 +190,20 @@ var execOutput = testdisk.Output
 // newDriverOn starts another driver on e's disks, as after a restart.
 func newDriverOn(t *testing.T, e *env) *Driver {
 	t.Helper()
-	d, err := New(e.d.cfg)
+	return e.restart(t, e.d.cfg)
+}
+
+// restart starts a driver from cfg in place of e.d, as after a restart:
+// e.d's disks are released first. The new driver's are released when the
+// test ends.
+func (e *env) restart(t *testing.T, cfg Config) *Driver {
+	t.Helper()
+	stopDisks(e.d)
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.Start(e.ctx)
+	t.Cleanup(func() { stopDisks(d) })
 	return d
 }

@@ -68,7 +68,7 @@ func TestDiskMetrics(t *testing.T) {
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	cfg.MetricsAddress = freePort(t)
 	cfg.StatusInterval = 100 * time.Millisecond
-	ctx := runDriver(t, e.ctx, cfg)
+	ctx := runDriver(t, e, e.ctx, cfg)
 	conn := dial(t, cfg.Endpoint)
 
 	req := createReq("pvc-metrics", 400*mi)
@@ -113,7 +113,8 @@ func TestDiskMetrics(t *testing.T) {
 		t.Error("csi_plugin_operations_seconds is not served with the disk metrics")
 	}
 
-	testdisk.Run(t, "umount", e.paths["two"])
+	// Lazily: the driver serving the disk keeps it busy.
+	testdisk.Run(t, "umount", "--lazy", e.paths["two"])
 	if err := waitFor(ctx, func() (bool, error) {
 		samples = scrape(t, cfg.MetricsAddress)
 		return samples[diskSeries("diskfit_disk_healthy", "two", "hdd")] == 0, nil

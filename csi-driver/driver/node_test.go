@@ -430,7 +430,8 @@ func TestVolumeHealthAndDiskNode(t *testing.T) {
 		"volume.kubernetes.io/selected-node": testNode, "diskfit.io/selected-disk": "two"})
 	volTwo := e.mustCreate(t, onTwo)
 
-	testdisk.Run(t, "umount", e.paths["two"])
+	// Lazily: the driver serving the disk keeps it busy.
+	testdisk.Run(t, "umount", "--lazy", e.paths["two"])
 	// The volume still exists on the unmounted disk: deleting it now must
 	// not report success, and it is not "not found" either.
 	_, err = e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: volTwo.VolumeId})
@@ -544,11 +545,7 @@ func TestLVMDiskWithoutDeviceMapper(t *testing.T) {
 	node.Disks = append(node.Disks, config.Disk{Name: "lvm", Backend: v1alpha1.BackendLVM, VolumeGroup: "vg-none"})
 	cfg.Node = &node
 	cfg.DeviceMapperControl = filepath.Join(t.TempDir(), "no-control")
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Start(e.ctx)
+	d := e.restart(t, cfg)
 	st := d.Observe(e.ctx)
 	lvm, file := st.Disk("lvm"), st.Disk("file")
 	if lvm == nil || lvm.Healthy || lvm.Backend != v1alpha1.BackendLVM || !strings.Contains(lvm.Message, "device-mapper is not available") {
@@ -559,7 +556,7 @@ func TestLVMDiskWithoutDeviceMapper(t *testing.T) {
 	}
 	req := createReq("pvc-lvm", 64*mi)
 	req.Parameters = e.addPVC(t, "pvc-lvm", map[string]string{"volume.kubernetes.io/selected-node": testNode, "diskfit.io/selected-disk": "lvm"})
-	_, err = d.CreateVolume(e.ctx, req)
+	_, err := d.CreateVolume(e.ctx, req)
 	wantCode(t, err, codes.ResourceExhausted)
 	if _, err := d.CreateVolume(e.ctx, createReq("pvc-file", 400*mi)); err != nil {
 		t.Errorf("the file disk stopped working: %v", err)

@@ -322,7 +322,7 @@ func TestOrphanSweepRuns(t *testing.T) {
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	cfg.MetricsAddress = freePort(t)
 	cfg.OrphanGracePeriod = time.Millisecond
-	ctx := runDriver(t, e.ctx, cfg)
+	ctx := runDriver(t, e.env, e.ctx, cfg)
 	conn := dial(t, cfg.Endpoint)
 	for _, name := range []string{"pvc-bound", "pvc-orphan"} {
 		if err := invoke(ctx, conn, createReq(name, 300*mi)); err != nil {

@@ -128,6 +128,9 @@ func (d *Driver) apply(ctx context.Context, next *config.NodeConfig, noDisks err
 			kept[dk.name] = dk
 			continue
 		}
+		if err := dk.backend.Close(); err != nil {
+			logger.Error(err, "Releasing the disk no longer served", "disk", dk.name)
+		}
 		logger.Info("Stopped serving disk", "disk", dk.name, "reason", why)
 		changed = true
 	}

@@ -118,6 +118,7 @@ func newReloadEnv(t *testing.T, disks []testDisk, initial ...string) *reloadEnv 
 	cfg.Events = r.events
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	cfg.MetricsAddress = freePort(t)
+	stopDisks(r.env.d)
 	r.d, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -130,6 +131,7 @@ func newReloadEnv(t *testing.T, disks []testDisk, initial ...string) *reloadEnv 
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
+		stopDisks(r.d)
 	})
 	r.ctx = ctx
 	r.wait(t, "the driver to be ready", func() bool { return r.d.ready.Load() })
@@ -363,7 +365,7 @@ func TestNodeWithoutSection(t *testing.T) {
 	cfg := e.d.cfg
 	cfg.Node, cfg.NoDisksReason, cfg.Source, cfg.ReloadInterval, cfg.Events = &config.NodeConfig{}, noDisks, src, 20*time.Millisecond, r.events
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
-	r.ctx = runDriver(t, e.ctx, cfg)
+	r.ctx = runDriver(t, e, e.ctx, cfg)
 	conn, err := grpc.NewClient(cfg.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

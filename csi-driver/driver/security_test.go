@@ -29,7 +29,7 @@ func TestPermissions(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: 2 * gi}}, nil)
 	cfg := e.d.cfg
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "made-by-driver", "csi.sock")
-	ctx := runDriver(t, e.ctx, cfg)
+	ctx := runDriver(t, e, e.ctx, cfg)
 	dial(t, cfg.Endpoint)
 	sock := strings.TrimPrefix(cfg.Endpoint, "unix://")
 	wantMode(t, filepath.Dir(sock), fs.ModeDir|0o750)
@@ -268,18 +268,14 @@ func TestStateDirectorySymlinkRefused(t *testing.T) {
 	cfg := e.d.cfg
 	cfg.Node.Disks = append(cfg.Node.Disks, cfg.Node.Disks[0])
 	cfg.Node.Disks[1].Name, cfg.Node.Disks[1].Path = "linked", mnt
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Start(e.ctx)
+	d := e.restart(t, cfg)
 	st := d.Observe(e.ctx)
 	if linked := st.Disk("linked"); linked == nil || linked.Healthy || !strings.Contains(linked.Message, "not a directory") {
 		t.Errorf("disk with a symlinked volume directory: %+v", linked)
 	}
 	req := createReq("pvc-linked", 300*mi)
 	req.Parameters = e.addPVC(t, "pvc-linked", map[string]string{"volume.kubernetes.io/selected-node": testNode, "diskfit.io/selected-disk": "linked"})
-	_, err = d.CreateVolume(e.ctx, req)
+	_, err := d.CreateVolume(e.ctx, req)
 	wantCode(t, err, codes.ResourceExhausted)
 	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 		t.Errorf("written through the symlink: %v", entries)
@@ -320,7 +316,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: 2 * gi}}, nil)
 	cfg := e.d.cfg
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
-	ctx := runDriver(t, klog.NewContext(context.Background(), logger), cfg)
+	ctx := runDriver(t, e, klog.NewContext(context.Background(), logger), cfg)
 	conn := dial(t, cfg.Endpoint)
 	ctrl, node := csi.NewControllerClient(conn), csi.NewNodeClient(conn)
 	cap := mountCap()

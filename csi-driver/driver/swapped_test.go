@@ -54,13 +54,9 @@ func TestSwappedDisksAreNotServedUnderEachOthersNames(t *testing.T) {
 			node.Disks = slices.Clone(node.Disks)
 			node.Disks[0].Path, node.Disks[1].Path = node.Disks[1].Path, node.Disks[0].Path
 			swapped.Node = &node
-			d, err := New(swapped)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d.Start(e.ctx)
+			d := e.restart(t, swapped)
 
-			_, err = d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: ids[0]})
+			_, err := d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: ids[0]})
 			wantCode(t, err, codes.Unavailable)
 			if _, err := os.Stat(dataPath(e.paths["a"], "pvc-on-a")); err != nil {
 				t.Fatalf("the data of %s: %v", ids[0], err)

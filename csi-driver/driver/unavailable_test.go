@@ -30,6 +30,7 @@ func TestDiskDownAtStart(t *testing.T) {
 	// The node reboots and the disk is mounted late.
 	path := e.paths["late"]
 	dev := testdisk.Source(path)
+	stopDisks(e.d)
 	testdisk.Run(t, "umount", path)
 	d := newDriverOn(t, e)
 
