@@ -39,19 +39,25 @@ func kustomize(t *testing.T, dirs ...string) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
 	for _, dir := range dirs {
-		res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(root, dir))
-		if err != nil {
-			t.Fatalf("kustomize %s: %v", dir, err)
-		}
-		raw, err := res.AsYaml()
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := decode(dir, raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, o...)
+		objs = append(objs, kustomizeWith(t, krusty.MakeDefaultOptions(), filepath.Join(root, dir))...)
+	}
+	return objs
+}
+
+// kustomizeWith renders the kustomization in dir with opts.
+func kustomizeWith(t *testing.T, opts *krusty.Options, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize %s: %v", dir, err)
+	}
+	raw, err := res.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decode(dir, raw)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return objs
 }
@@ -620,19 +626,8 @@ func TestOlderMinorsAreTheProductionOverlayWithTheirComponent(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := krusty.MakeDefaultOptions()
-			opts.LoadRestrictions = types.LoadRestrictionsNone
-			res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
-			if err != nil {
-				t.Fatalf("kustomize: %v", err)
-			}
-			raw, err := res.AsYaml()
-			if err != nil {
-				t.Fatal(err)
-			}
-			kust, err := decode(dir, raw)
-			if err != nil {
-				t.Fatal(err)
-			}
+			opts.LoadRestrictions = types.LoadRestrictionsNone // paths outside dir
+			kust := kustomizeWith(t, opts, dir)
 			chart, err := RenderFor("v"+minor+".0", nil)
 			if err != nil {
 				t.Fatal(err)

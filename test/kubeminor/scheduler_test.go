@@ -9,7 +9,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -38,13 +37,9 @@ import (
 
 const gi = int64(1) << 30
 
-func repoRoot(t *testing.T) string {
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Join(filepath.Dir(self), "..", "..")
-}
+// root is the repository's root, from this package's directory (where go
+// test runs it).
+const root = "../.."
 
 // TestPodWithSeveralClaimsIsPlacedOnItsDisks: on the API server of this
 // minor, diskfit-scheduler (the shipped configuration, run in this
@@ -64,7 +59,6 @@ func TestPodWithSeveralClaimsIsPlacedOnItsDisks(t *testing.T) {
 	}
 	// Cleanups run last first: the scheduler stops before the API server.
 	t.Cleanup(cp.Stop)
-	root := repoRoot(t)
 	if err := controlplane.InstallCRDs(ctx, cp.Config, filepath.Join(root, "manifests", "base", "crd")); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +150,7 @@ func TestPodWithSeveralClaimsIsPlacedOnItsDisks(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	startScheduler(t, ctx, cp, dir, root)
+	startScheduler(t, ctx, cp, dir)
 
 	var bound *v1.Pod
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -197,7 +191,7 @@ func TestPodWithSeveralClaimsIsPlacedOnItsDisks(t *testing.T) {
 
 // startScheduler runs diskfit-scheduler in this process with the shipped
 // configuration, as kube-scheduler's command would, until the test ends.
-func startScheduler(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, dir, root string) {
+func startScheduler(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, dir string) {
 	ctx, cancel := context.WithCancel(ctx)
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := controlplane.WriteKubeconfig(cp.Config, kubeconfig); err != nil {

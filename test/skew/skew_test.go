@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -42,17 +41,13 @@ var controlPlane = flag.String("controlplane", "", "a test/cmd/controlplane bina
 
 const gi = int64(1) << 30
 
-func repoRoot(t *testing.T) string {
-	_, self, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test file")
-	}
-	return filepath.Join(filepath.Dir(self), "..", "..")
-}
+// root is the repository's root, from this package's directory (where go
+// test runs it).
+const root = "../.."
 
 // startControlPlane runs the -controlplane binary until the test ends and
 // returns an administrator's client configuration.
-func startControlPlane(t *testing.T, root string) *rest.Config {
+func startControlPlane(t *testing.T) *rest.Config {
 	if *controlPlane == "" {
 		t.Skip("needs -controlplane, the API server of an older Kubernetes minor: make test-kube-minors builds one per minor and runs this test against it")
 	}
@@ -111,8 +106,7 @@ func tail(s string, n int) string {
 // diskfit-controller's informers sync and it releases the opted-in claim
 // of a node that is gone (PV finalizer patch and deletes).
 func TestNewestClientsOnAnOlderAPIServer(t *testing.T) {
-	root := repoRoot(t)
-	config := startControlPlane(t, root)
+	config := startControlPlane(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
