@@ -14,7 +14,8 @@ import (
 
 // Filter passes a node only if all of the pod's unbound diskfit claims fit
 // on its disks at once and VolumeBinding accepts the node for every other
-// volume. The disk check runs first: it is cheap and does not allocate when
+// volume (for the chosen node only, in Reserve, when it would accept every
+// node: deferred.go). The disk check runs first: it is cheap and does not allocate when
 // the node fits.
 //
 // Every rejection is UnschedulableAndUnresolvable, as VolumeBinding's own
@@ -38,6 +39,9 @@ func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 			}
 			return status
 		}
+	}
+	if s.deferVolumeBinding {
+		return nil
 	}
 	return pl.vb.Filter(ctx, cs, pod, nodeInfo)
 }

@@ -210,11 +210,22 @@ func buildEnv(t testing.TB, ctx context.Context, fts *feature.Features, args *co
 	// Unstructured objects (VolumeSnapshots and their contents) go to the
 	// dynamic client, the rest to the clientset.
 	kubeObjs, snapshotObjs := storageClasses(), []runtime.Object{}
+	nodes := map[string]bool{}
 	for _, o := range objs {
-		if _, ok := o.(*unstructured.Unstructured); ok {
+		switch o := o.(type) {
+		case *unstructured.Unstructured:
 			snapshotObjs = append(snapshotObjs, o)
-		} else {
+		case *v1.Node:
+			nodes[o.Name] = true
 			kubeObjs = append(kubeObjs, o)
+		default:
+			kubeObjs = append(kubeObjs, o)
+		}
+	}
+	// A DiskNode's Node exists, as in a cluster.
+	for _, dn := range diskNodes {
+		if !nodes[dn.Name] {
+			kubeObjs = append(kubeObjs, node(dn.Name))
 		}
 	}
 	client := fake.NewClientset(kubeObjs...)

@@ -53,6 +53,9 @@ type DiskFit struct {
 	pvcLister  corelisters.PersistentVolumeClaimLister
 	pvcIndexer cache.Indexer
 	pvLister   corelisters.PersistentVolumeLister
+	// pvIndexer holds the PVs with pvBindableIndex (deferred.go).
+	pvIndexer  cache.Indexer
+	nodeLister corelisters.NodeLister
 	scLister   storagelisters.StorageClassLister
 	// snapshots reads VolumeSnapshots and their contents (source.go).
 	snapshots dynamic.Interface
@@ -146,12 +149,18 @@ func NewWithOptions(ctx context.Context, obj runtime.Object, h fwk.Handle, o Opt
 		return nil, err
 	}
 	pvcs := h.SharedInformerFactory().Core().V1().PersistentVolumeClaims()
+	pvs := h.SharedInformerFactory().Core().V1().PersistentVolumes()
+	if err := addPVBindableIndex(pvs.Informer()); err != nil {
+		return nil, fmt.Errorf("indexing PVs: %w", err)
+	}
 	pl := &DiskFit{
 		vb:             vb,
 		ledger:         ledger.New(),
 		pvcLister:      pvcs.Lister(),
 		pvcIndexer:     pvcs.Informer().GetIndexer(),
-		pvLister:       h.SharedInformerFactory().Core().V1().PersistentVolumes().Lister(),
+		pvLister:       pvs.Lister(),
+		pvIndexer:      pvs.Informer().GetIndexer(),
+		nodeLister:     h.SharedInformerFactory().Core().V1().Nodes().Lister(),
 		scLister:       h.SharedInformerFactory().Storage().V1().StorageClasses().Lister(),
 		snapshots:      snapshots,
 		watchSnapshots: watchSnapshots,

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/component-helpers/storage/ephemeral"
@@ -30,6 +31,10 @@ type stateData struct {
 	// node is set when a claim copies data (source.go): the only node
 	// that holds it.
 	node string
+	// deferVolumeBinding is set when VolumeBinding's Filter would give
+	// every node the same answer for the pod's claims: it then runs in
+	// Reserve, for the chosen node only (deferred.go).
+	deferVolumeBinding bool
 	// othersUnbound is set when the pod also has unbound claims that are
 	// not diskfit's: only then has the embedded VolumeBinding something of
 	// its own to score (it sees no capacity for diskfit claims).
@@ -206,16 +211,17 @@ var errNotDiskFit = errors.New("not a diskfit claim")
 // its disk. A claim that copies a snapshot or volume is restricted to the
 // source's disk, and the pod to the source's node.
 func (pl *DiskFit) podClaims(ctx context.Context, pod *v1.Pod) (*stateData, error) {
-	s := &stateData{}
+	s := &stateData{deferVolumeBinding: true}
 	for pvc, err := range pl.podPVCs(pod) {
 		if err != nil {
 			// VolumeBinding's PreFilter has already rejected missing PVCs;
 			// one deleted since then ends this cycle the same way.
 			return nil, err
 		}
-		c, err := pl.claimFor(pvc)
+		c, sc, err := pl.claimFor(pvc)
 		if errors.Is(err, errNotDiskFit) {
 			s.othersUnbound = s.othersUnbound || pvc.Spec.VolumeName == ""
+			s.deferVolumeBinding = false
 			continue
 		}
 		if err != nil {
@@ -232,41 +238,43 @@ func (pl *DiskFit) podClaims(ctx context.Context, pod *v1.Pod) (*stateData, erro
 			c.Disk, s.node = loc.Disk, loc.Node
 		}
 		s.claims = append(s.claims, c)
+		s.deferVolumeBinding = s.deferVolumeBinding && pl.sameOnEveryNode(pvc, sc)
 	}
+	s.deferVolumeBinding = s.deferVolumeBinding && len(s.claims) > 0
 	packing.SortClaims(s.claims)
 	return s, nil
 }
 
-// claimFor turns a PVC into a claim, or errNotDiskFit when DiskFit has
-// nothing to decide for it.
-func (pl *DiskFit) claimFor(pvc *v1.PersistentVolumeClaim) (packing.Claim, error) {
+// claimFor turns a PVC into a claim of StorageClass sc, or errNotDiskFit
+// when DiskFit has nothing to decide for it.
+func (pl *DiskFit) claimFor(pvc *v1.PersistentVolumeClaim) (packing.Claim, *storagev1.StorageClass, error) {
 	if pvc.Spec.VolumeName != "" {
-		return packing.Claim{}, errNotDiskFit
+		return packing.Claim{}, nil, errNotDiskFit
 	}
 	if _, placed := diskfit.PVCLocation(pvc); placed {
-		return packing.Claim{}, errNotDiskFit
+		return packing.Claim{}, nil, errNotDiskFit
 	}
 	className := storagehelpers.GetPersistentVolumeClaimClass(pvc)
 	if className == "" {
-		return packing.Claim{}, errNotDiskFit
+		return packing.Claim{}, nil, errNotDiskFit
 	}
 	sc, err := pl.scLister.Get(className)
 	if apierrors.IsNotFound(err) {
 		// VolumeBinding reports a missing class for claims that need one.
-		return packing.Claim{}, errNotDiskFit
+		return packing.Claim{}, nil, errNotDiskFit
 	}
 	if err != nil {
-		return packing.Claim{}, fmt.Errorf("reading StorageClass %s: %w", className, err)
+		return packing.Claim{}, nil, fmt.Errorf("reading StorageClass %s: %w", className, err)
 	}
 	if !diskfit.IsDiskFitClass(sc) {
-		return packing.Claim{}, errNotDiskFit
+		return packing.Claim{}, nil, errNotDiskFit
 	}
 	return packing.Claim{
 		Key:         string(pvc.UID),
 		Name:        pvc.Namespace + "/" + pvc.Name,
 		Size:        ledger.ClaimSize(pvc),
 		DeviceClass: sc.Parameters[diskfit.DeviceClassParameter],
-	}, nil
+	}, sc, nil
 }
 
 // hasDiskFitClaims reports whether the pod references any PVC DiskFit
@@ -277,7 +285,7 @@ func (pl *DiskFit) hasDiskFitClaims(pod *v1.Pod) bool {
 			// Unknown yet: assume it may become ours.
 			return true
 		}
-		if _, err := pl.claimFor(pvc); !errors.Is(err, errNotDiskFit) {
+		if _, _, err := pl.claimFor(pvc); !errors.Is(err, errNotDiskFit) {
 			return true
 		}
 	}

@@ -19,6 +19,11 @@ import (
 func (pl *DiskFit) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	logger := klog.FromContext(ctx)
 	if s, err := pl.getState(cs); err == nil && len(s.claims) > 0 {
+		if s.deferVolumeBinding {
+			if status := pl.filterVolumeBinding(ctx, cs, pod, nodeName); !status.IsSuccess() {
+				return status
+			}
+		}
 		disks, err := pl.ledger.Reserve(pod.UID, nodeName, s.claims, pl.fit.Options)
 		if err != nil {
 			// Another pod took the space between Filter and Reserve. An
