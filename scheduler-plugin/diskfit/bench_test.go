@@ -83,8 +83,10 @@ func benchFilter(b *testing.B, pl fwk.FilterPlugin, ctx context.Context, state f
 }
 
 // BenchmarkFilter measures Filter per node: DiskFit as the profile runs it
-// (disk packing plus the embedded VolumeBinding), the disk packing alone,
-// and the in-tree VolumeBinding alone on the same pod.
+// (disk packing, keeping the node's score for Score, plus the embedded
+// VolumeBinding's Filter unless it is deferred to Reserve: deferred.go),
+// the disk packing alone, and the in-tree VolumeBinding alone on the same
+// pod.
 func BenchmarkFilter(b *testing.B) {
 	cases := []struct {
 		name   string
@@ -128,7 +130,7 @@ func BenchmarkFilter(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if status, _ := s.env.pl.filterDisks(ctx, st.claims, "n1"); status != nil {
+				if status, _, _ := s.env.pl.filterDisks(ctx, st.claims, "n1"); status != nil {
 					b.Fatal(status)
 				}
 			}
@@ -136,7 +138,8 @@ func BenchmarkFilter(b *testing.B) {
 	}
 }
 
-// BenchmarkScore measures PreScore once and Score per node, the same way.
+// BenchmarkScore measures PreScore once and Score per node, the same way,
+// after the Filter of the same cycle.
 func BenchmarkScore(b *testing.B) {
 	cases := []struct {
 		name   string

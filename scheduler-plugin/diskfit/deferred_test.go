@@ -159,7 +159,7 @@ func TestDeferredVolumeBindingDecidesAsVolumeBinding(t *testing.T) {
 			reserveOn := ""
 			for _, ni := range nodes {
 				name := ni.Node().Name
-				disksFit, _ := env.pl.filterDisks(env.ctx, s.claims, name)
+				disksFit, _, _ := env.pl.filterDisks(env.ctx, s.claims, name)
 				want := disksFit.IsSuccess() && vb.Filter(env.ctx, vbState, pod, ni).IsSuccess()
 				got := env.pl.Filter(env.ctx, dfState, pod, ni)
 				if got.IsSuccess() != want {

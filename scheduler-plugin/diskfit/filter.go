@@ -15,8 +15,8 @@ import (
 // Filter passes a node only if all of the pod's unbound diskfit claims fit
 // on its disks at once and VolumeBinding accepts the node for every other
 // volume (for the chosen node only, in Reserve, when it would accept every
-// node: deferred.go). The disk check runs first: it is cheap and does not allocate when
-// the node fits.
+// node: deferred.go). The disk check runs first: it is cheap, and for a
+// node that fits it keeps the node's disk score for Score.
 //
 // Every rejection is UnschedulableAndUnresolvable, as VolumeBinding's own
 // "not enough free storage": preemption evicts pods, and evicting a pod
@@ -29,7 +29,9 @@ func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 		return fwk.AsStatus(err)
 	}
 	if len(s.claims) > 0 {
-		if status, noSpace := pl.filterDisks(ctx, s.claims, nodeInfo.Node().Name); status != nil {
+		name := nodeInfo.Node().Name
+		status, noSpace, score := pl.filterDisks(ctx, s.claims, name)
+		if status != nil {
 			// Recorded once per cycle and reason (waiting.go).
 			if noSpace && s.waitingForSpace.CompareAndSwap(false, true) {
 				pl.waiting.add(pod)
@@ -39,6 +41,7 @@ func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 			}
 			return status
 		}
+		s.diskScores.Store(name, score)
 	}
 	if s.deferVolumeBinding {
 		return nil
@@ -46,19 +49,19 @@ func (pl *DiskFit) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, n
 	return pl.vb.Filter(ctx, cs, pod, nodeInfo)
 }
 
-// filterDisks checks the disks of one node; nil means the claims fit.
-// noSpace tells a rejection for lack of space from one for a missing or
-// stale DiskNode.
-func (pl *DiskFit) filterDisks(ctx context.Context, claims []packing.Claim, node string) (status *fwk.Status, noSpace bool) {
+// filterDisks checks the disks of one node; nil means the claims fit, and
+// score is then the node's disk score (score.go). noSpace tells a
+// rejection for lack of space from one for a missing or stale DiskNode.
+func (pl *DiskFit) filterDisks(ctx context.Context, claims []packing.Claim, node string) (status *fwk.Status, noSpace bool, score int64) {
 	var buf fit.Buffers
 	r := pl.fit.Evaluate(node, claims, &buf)
 	if r.Reason == fit.Fits {
-		return nil, false
+		return nil, false, minScore + pl.fit.Score(r, claims)
 	}
 	filterRejections.WithLabelValues(rejectionReasons[r.Reason]).Inc()
 	reason := fmt.Sprintf("node %s: %s", node, pl.fit.Message(r, claims))
 	klog.FromContext(ctx).V(5).Info("DiskFit rejected node", "node", node, "reason", reason)
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason), r.Reason == fit.NoSpace
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason), r.Reason == fit.NoSpace, 0
 }
 
 // rejectionReasons are the metric labels of the reasons a node does not fit.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"sync"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -43,13 +44,18 @@ type stateData struct {
 	// averaged in; only PreScore of a pod with claims writes it, before any
 	// Score reads it.
 	vbScores bool
+	// diskScores holds, by node name, the disk score Filter computed for
+	// each node it passed, for Score (score.go).
+	diskScores sync.Map
 	// waitingForSpace and waitingForDiskNode are set by the first Filter
 	// that rejects a node for lack of space, or for a missing or stale
 	// DiskNode, so the pod is recorded as waiting once per cycle.
 	waitingForSpace, waitingForDiskNode atomic.Bool
 }
 
-// Clone shares the state: claims never change after PreFilter.
+// Clone shares the state: claims never change after PreFilter, and a
+// node's disk score is the same in a clone (preemption), which Filter
+// passes the same nodes.
 func (s *stateData) Clone() fwk.StateData { return s }
 
 // lastCycle remembers the state of the most recent PreFilter, so that the

@@ -7,7 +7,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/diskfit/diskfit/scheduler-plugin/fit"
-	"github.com/diskfit/diskfit/scheduler-plugin/packing"
 )
 
 // PreScore decides whether Score runs: for pods with diskfit claims, or
@@ -42,7 +41,7 @@ func (pl *DiskFit) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if err != nil || len(s.claims) == 0 {
 		return pl.vb.Score(ctx, cs, pod, nodeInfo)
 	}
-	score := pl.scoreDisks(s.claims, nodeInfo.Node().Name)
+	score := pl.scoreDisks(s, nodeInfo.Node().Name)
 	if s.vbScores {
 		vbScore, status := pl.vb.Score(ctx, cs, pod, nodeInfo)
 		if !status.IsSuccess() {
@@ -54,12 +53,17 @@ func (pl *DiskFit) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 }
 
 // scoreDisks is the disk part of Score, from minScore to maxScore (fit's
-// range is the framework's). A node that no longer
-// fits (space taken since Filter) scores lowest; Reserve will reject it if
-// it is still chosen.
-func (pl *DiskFit) scoreDisks(claims []packing.Claim, node string) int64 {
+// range is the framework's): the score Filter computed for the node in
+// this cycle (filter.go), so a node's disks are looked up and packed once
+// per cycle. Space taken since then changes nothing here; Reserve packs
+// again and rejects a node that no longer fits. A node Filter did not pass
+// in this cycle is evaluated now.
+func (pl *DiskFit) scoreDisks(s *stateData, node string) int64 {
+	if score, ok := s.diskScores.Load(node); ok {
+		return score.(int64)
+	}
 	var buf fit.Buffers
-	return minScore + pl.fit.Score(pl.fit.Evaluate(node, claims, &buf), claims)
+	return minScore + pl.fit.Score(pl.fit.Evaluate(node, s.claims, &buf), s.claims)
 }
 
 // ScoreExtensions returns nil: scores are already in the framework's range.
