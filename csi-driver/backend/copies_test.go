@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/diskfit/diskfit/csi-driver/fault"
+	"github.com/diskfit/diskfit/csi-driver/internal/fakelvm"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 	"golang.org/x/sys/unix"
 )
@@ -89,7 +90,7 @@ func TestCreateNeverReplacesWhatIsReady(t *testing.T) {
 		t.Errorf("the volume was replaced: it holds %.16q, was written %.16q", got, after)
 	}
 
-	l := newLVM(t, newFakeLVM(1<<30), true)
+	l := newLVM(t, fakelvm.New(1<<30), true)
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 8 * mi}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,104 +4,16 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/diskfit/diskfit/csi-driver/internal/fakelvm"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 	"github.com/diskfit/diskfit/csi-driver/lvm"
 )
-
-// fakeLVM is an lvm.Runner that keeps a volume group in memory and answers
-// vgs, lvs, lvcreate, lvchange, lvextend and lvremove like lvm2 does, so
-// the backend's command building and parsing run against realistic output.
-type fakeLVM struct {
-	vgSize, vgFree int64
-	lvs            map[string]*fakeLV
-	calls          []string
-	fail           map[string]error
-}
-
-type fakeLV struct {
-	size int64
-	tags []string
-}
-
-func newFakeLVM(size int64) *fakeLVM {
-	return &fakeLVM{vgSize: size, vgFree: size, lvs: map[string]*fakeLV{}, fail: map[string]error{}}
-}
-
-func (f *fakeLVM) Run(_ context.Context, name string, args ...string) (string, error) {
-	f.calls = append(f.calls, name+" "+strings.Join(args, " "))
-	if err := f.fail[name]; err != nil {
-		return "", err
-	}
-	flag := func(n string) string {
-		for i, a := range args {
-			if a == n && i+1 < len(args) {
-				return args[i+1]
-			}
-		}
-		return ""
-	}
-	size := func() int64 {
-		var n int64
-		fmt.Sscanf(strings.TrimSuffix(flag("--size"), "b"), "%d", &n)
-		return n
-	}
-	last := args[len(args)-1]
-	lvName := last[strings.Index(last, "/")+1:]
-	switch name {
-	case "vgs":
-		if last != "vg0" {
-			return "", fmt.Errorf("Volume group %q not found", last)
-		}
-		return fmt.Sprintf(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"%d","vg_free":"%d"}]}]}`, f.vgSize, f.vgFree), nil
-	case "lvs":
-		var rows []string
-		for n, lv := range f.lvs {
-			rows = append(rows, fmt.Sprintf(`{"lv_name":%q,"lv_size":"%d","lv_tags":%q,"lv_time":"2026-11-29 23:40:01 +0000"}`, n, lv.size, strings.Join(lv.tags, ",")))
-		}
-		return `{"report":[{"lv":[` + strings.Join(rows, ",") + `]}]}`, nil
-	case "lvcreate":
-		if size() > f.vgFree {
-			return "", fmt.Errorf("lvcreate: exit status 5: Volume group \"vg0\" has insufficient free space (1 extents): 25 required.")
-		}
-		lv := &fakeLV{size: size()}
-		for i, a := range args {
-			if a == "--addtag" {
-				lv.tags = append(lv.tags, args[i+1])
-			}
-		}
-		f.lvs[flag("--name")] = lv
-		f.vgFree -= lv.size
-	case "lvchange":
-		lv := f.lvs[lvName]
-		for i := 0; i+1 < len(args); i++ {
-			switch args[i] {
-			case "--deltag":
-				lv.tags = slices.DeleteFunc(lv.tags, func(tag string) bool { return tag == args[i+1] })
-			case "--addtag":
-				lv.tags = append(lv.tags, args[i+1])
-			}
-		}
-	case "lvextend":
-		lv := f.lvs[lvName]
-		if size()-lv.size > f.vgFree {
-			return "", fmt.Errorf("Insufficient free space: 100 extents needed, but only 1 available")
-		}
-		f.vgFree -= size() - lv.size
-		lv.size = size()
-	case "lvremove":
-		f.vgFree += f.lvs[lvName].size
-		delete(f.lvs, lvName)
-	}
-	return "", nil
-}
 
 // dmControl returns a path that opens like /dev/mapper/control would.
 func dmControl(t *testing.T, present bool) string {
@@ -114,7 +26,7 @@ func dmControl(t *testing.T, present bool) string {
 	return p
 }
 
-func newLVM(t *testing.T, run *fakeLVM, dm bool) *LVM {
+func newLVM(t *testing.T, run *fakelvm.VG, dm bool) *LVM {
 	t.Helper()
 	l := NewLVM("vg0", "", false, 8*mi, run)
 	l.SetDeviceMapperControl(dmControl(t, dm))
@@ -126,7 +38,7 @@ func newLVM(t *testing.T, run *fakeLVM, dm bool) *LVM {
 
 func TestLVMLifecycle(t *testing.T) {
 	ctx := context.Background()
-	run := newFakeLVM(1 << 30)
+	run := fakelvm.New(1 << 30)
 	l := newLVM(t, run, true)
 	if err := l.Health(ctx); err != nil {
 		t.Fatal(err)
@@ -145,11 +57,11 @@ func TestLVMLifecycle(t *testing.T) {
 	}
 	wantCreate := "lvcreate --yes --name v-k1 --size 12582912b --addtag diskfit.name=" + base64.RawURLEncoding.EncodeToString([]byte(name)) +
 		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.content=none --addtag diskfit.pvc=ns/claim vg0"
-	if !contains(run.calls, wantCreate) {
-		t.Errorf("calls %q lack %q", run.calls, wantCreate)
+	if !contains(run.Calls, wantCreate) {
+		t.Errorf("calls %q lack %q", run.Calls, wantCreate)
 	}
-	if !contains(run.calls, "lvchange --deltag diskfit.state=creating --addtag diskfit.state=ready vg0/v-k1") {
-		t.Errorf("volume not marked ready: %q", run.calls)
+	if !contains(run.Calls, "lvchange --deltag diskfit.state=creating --addtag diskfit.state=ready vg0/v-k1") {
+		t.Errorf("volume not marked ready: %q", run.Calls)
 	}
 	if _, err := l.ExpandVolume(ctx, "k1", 20*mi); err != nil {
 		t.Fatal(err)
@@ -160,9 +72,9 @@ func TestLVMLifecycle(t *testing.T) {
 	if _, err := l.CreateSnapshot(ctx, "s1", "snap", "k1"); err != nil {
 		t.Fatal(err)
 	}
-	if !contains(run.calls, "lvcreate --yes --name s-s1 --size 20971520b --addtag diskfit.name="+base64.RawURLEncoding.EncodeToString([]byte("snap"))+
+	if !contains(run.Calls, "lvcreate --yes --name s-s1 --size 20971520b --addtag diskfit.name="+base64.RawURLEncoding.EncodeToString([]byte("snap"))+
 		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.source=k1 --addtag diskfit.snapshot --snapshot vg0/v-k1") {
-		t.Errorf("snapshot command missing: %q", run.calls)
+		t.Errorf("snapshot command missing: %q", run.Calls)
 	}
 	vols, _ := l.ListVolumes(ctx)
 	snaps, _ := l.ListSnapshots(ctx)
@@ -191,23 +103,23 @@ func TestLVMLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(run.lvs) != 0 {
-		t.Errorf("LVs left: %v", run.lvs)
+	if len(run.LVs) != 0 {
+		t.Errorf("LVs left: %v", run.LVs)
 	}
 }
 
 // TestLVMRecovery leaves an LV tagged "creating" (a crash before it was
 // marked ready) and an LV that is not diskfit's, and restarts.
 func TestLVMRecovery(t *testing.T) {
-	run := newFakeLVM(1 << 30)
-	run.lvs["v-half"] = &fakeLV{size: 4 * mi, tags: []string{tagName + "aGFsZg", tagState + "creating"}}
-	run.lvs["v-done"] = &fakeLV{size: 4 * mi, tags: []string{tagName + "ZG9uZQ", tagState + "ready"}}
-	run.lvs["root"] = &fakeLV{size: 4 * mi}
+	run := fakelvm.New(1 << 30)
+	run.LVs["v-half"] = &fakelvm.LV{Size: 4 * mi, Tags: []string{tagName + "aGFsZg", tagState + "creating"}}
+	run.LVs["v-done"] = &fakelvm.LV{Size: 4 * mi, Tags: []string{tagName + "ZG9uZQ", tagState + "ready"}}
+	run.LVs["root"] = &fakelvm.LV{Size: 4 * mi}
 	l := newLVM(t, run, true)
-	if _, ok := run.lvs["v-half"]; ok {
+	if _, ok := run.LVs["v-half"]; ok {
 		t.Error("half-made LV survived the restart")
 	}
-	if _, ok := run.lvs["root"]; !ok {
+	if _, ok := run.LVs["root"]; !ok {
 		t.Error("an LV that is not diskfit's was removed")
 	}
 	vol, err := l.GetVolume(context.Background(), "done")
@@ -218,7 +130,7 @@ func TestLVMRecovery(t *testing.T) {
 
 func TestLVMWithoutDeviceMapper(t *testing.T) {
 	ctx := context.Background()
-	run := newFakeLVM(1 << 30)
+	run := fakelvm.New(1 << 30)
 	l := newLVM(t, run, false)
 	err := l.Health(ctx)
 	if err == nil || !strings.Contains(err.Error(), "device-mapper is not available") {
@@ -230,13 +142,13 @@ func TestLVMWithoutDeviceMapper(t *testing.T) {
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k", Name: "k", SizeBytes: mi}); !errors.Is(err, ErrUnhealthy) {
 		t.Errorf("create without device-mapper: %v, want ErrUnhealthy", err)
 	}
-	if len(run.calls) != 0 {
-		t.Errorf("lvm was run without device-mapper: %q", run.calls)
+	if len(run.Calls) != 0 {
+		t.Errorf("lvm was run without device-mapper: %q", run.Calls)
 	}
 }
 
 func TestLVMMissingVolumeGroup(t *testing.T) {
-	l := NewLVM("gone", "", false, 0, newFakeLVM(1<<30))
+	l := NewLVM("gone", "", false, 0, fakelvm.New(1<<30))
 	l.SetDeviceMapperControl(dmControl(t, true))
 	if err := l.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "volume group gone") {
 		t.Errorf("start with a missing volume group: %v", err)
@@ -350,7 +262,7 @@ func contains(list []string, s string) bool {
 // and reads back the same, through every change the sweep makes.
 func TestLVMRefs(t *testing.T) {
 	ctx := context.Background()
-	l := newLVM(t, newFakeLVM(1<<30), true)
+	l := newLVM(t, fakelvm.New(1<<30), true)
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k", Name: "k", SizeBytes: 4 * mi}); err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +293,7 @@ func TestLVMRefs(t *testing.T) {
 // made before the tag existed reads as unknown.
 func TestLVMContent(t *testing.T) {
 	ctx := context.Background()
-	run := newFakeLVM(1 << 30)
+	run := fakelvm.New(1 << 30)
 	l := newLVM(t, run, true)
 	content := func(key string) Content {
 		t.Helper()
@@ -406,7 +318,7 @@ func TestLVMContent(t *testing.T) {
 	if _, err := l.CreateSnapshot(ctx, "s", "s", "k"); err != nil {
 		t.Fatal(err)
 	}
-	if tags := strings.Join(run.lvs["s-s"].tags, ","); strings.Contains(tags, tagContent) {
+	if tags := strings.Join(run.LVs["s-s"].Tags, ","); strings.Contains(tags, tagContent) {
 		t.Errorf("snapshot LV tagged with content: %s", tags)
 	}
 	for _, want := range []Content{ContentFilesystem, ContentFilesystem, ContentBlock} {
@@ -416,11 +328,11 @@ func TestLVMContent(t *testing.T) {
 		if got := content("k"); got != want {
 			t.Errorf("volume holds %q after setting %q", got, want)
 		}
-		if n := strings.Count(strings.Join(run.lvs["v-k"].tags, ","), tagContent); n != 1 {
-			t.Errorf("%d content tags: %q", n, run.lvs["v-k"].tags)
+		if n := strings.Count(strings.Join(run.LVs["v-k"].Tags, ","), tagContent); n != 1 {
+			t.Errorf("%d content tags: %q", n, run.LVs["v-k"].Tags)
 		}
 	}
-	run.lvs["v-older"] = &fakeLV{size: 4 * mi, tags: []string{tagName + "b2xkZXI", tagState + "ready"}}
+	run.LVs["v-older"] = &fakelvm.LV{Size: 4 * mi, Tags: []string{tagName + "b2xkZXI", tagState + "ready"}}
 	if got := content("older"); got != ContentUnknown {
 		t.Errorf("an LV without the tag holds %q, want unknown", got)
 	}
