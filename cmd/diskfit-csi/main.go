@@ -33,6 +33,7 @@ type options struct {
 	configPath     string
 	kubeconfig     string
 	kubeletDir     string
+	lockDir        string
 	metricsAddress string
 	resync         time.Duration
 	orphanGrace    time.Duration
@@ -48,6 +49,8 @@ func main() {
 	fs.StringVar(&o.configPath, "config", "/etc/diskfit/node.yaml", "node config file listing the node's disks")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster config")
 	fs.StringVar(&o.kubeletDir, "kubelet-dir", "/var/lib/kubelet", "kubelet root directory; stage and publish paths must be below it")
+	fs.StringVar(&o.lockDir, "lock-dir", "/run/lock/diskfit",
+		"host directory for the locks that make one driver at a time serve each lvm disk; every diskfit driver on the node (a terminating pod and its replacement, a second installation) must see the same directory")
 	fs.StringVar(&o.metricsAddress, "metrics-address", "", "address to serve /metrics on (e.g. :9808); empty disables it")
 	fs.DurationVar(&o.resync, "disknode-resync", 30*time.Second, "how often the DiskNode status is refreshed")
 	fs.DurationVar(&o.orphanGrace, "orphan-grace-period", 10*time.Minute,
@@ -102,6 +105,7 @@ func run(ctx context.Context, o options) error {
 		NodeID:            o.nodeID,
 		Node:              nodeCfg,
 		KubeletDir:        o.kubeletDir,
+		LockDir:           o.lockDir,
 		MetricsAddress:    o.metricsAddress,
 		StatusInterval:    o.resync,
 		DiskStatusTimeout: o.diskTimeout,

@@ -39,7 +39,8 @@ current-context: c
 		{name: "unknown fault step", opts: options{configPath: cfg}, killAt: "CreateVolume/nowhere", wantErr: "names no step"},
 		{name: "negative orphan grace period", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: dir, resync: 1, orphanGrace: -1}, wantErr: "orphan grace period must not be negative"},
 		{name: "negative disk status timeout", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: dir, resync: 1, diskTimeout: -1}, wantErr: "disk status timeout must not be negative"},
-		{name: "relative kubelet dir", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: "var/lib/kubelet", resync: 1}, wantErr: "not absolute"},
+		{name: "relative kubelet dir", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: "var/lib/kubelet", lockDir: dir, resync: 1}, wantErr: "kubelet directory \"var/lib/kubelet\" is not absolute"},
+		{name: "relative lock dir", opts: options{configPath: cfg, kubeconfig: kubeconfig, endpoint: "unix://" + dir + "/csi.sock", nodeID: "n", kubeletDir: dir, lockDir: "run/lock/diskfit", resync: 1}, wantErr: "lock directory \"run/lock/diskfit\" is not absolute"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

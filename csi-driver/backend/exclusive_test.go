@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/diskfit/diskfit/csi-driver/fault"
+	"github.com/diskfit/diskfit/csi-driver/internal/fakelvm"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
 
@@ -54,5 +55,51 @@ func TestSecondDriverOnADiskLeavesTheFirstsWorkAlone(t *testing.T) {
 	}
 	if vol, err := first.GetVolume(ctx, "v"); err != nil || vol.SizeBytes != 16*mi {
 		t.Errorf("volume after creation: %+v, %v", vol, err)
+	}
+}
+
+// TestSecondDriverOnAVolumeGroupLeavesTheFirstsWorkAlone is
+// TestSecondDriverOnADiskLeavesTheFirstsWorkAlone for the LVM backend: a
+// first backend cloning a volume is held while it copies the data into
+// the new LV (made, still tagged creating), and a second backend starts
+// on the same volume group. Its Start must fail instead of removing that
+// LV as an interrupted creation, and the clone completes. lvm2 is faked
+// (fakelvm): this machine's kernel has no device-mapper, so real lvm2
+// cannot run here.
+func TestSecondDriverOnAVolumeGroupLeavesTheFirstsWorkAlone(t *testing.T) {
+	ctx := context.Background()
+	vg := fakelvm.New(1 << 30)
+	first := newLVM(t, vg, true)
+	if _, err := first.CreateVolume(ctx, CreateRequest{Key: "src", Name: "src", SizeBytes: 16 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	paused, resume := vg.Hold("dd") // the clone's copy
+	t.Cleanup(resume)
+	type result struct {
+		vol *Volume
+		err error
+	}
+	created := make(chan result, 1)
+	go func() {
+		vol, err := first.CreateVolume(ctx, CreateRequest{Key: "c", Name: "c", SizeBytes: 16 * mi, FromVolume: "src"})
+		created <- result{vol, err}
+	}()
+	<-paused
+
+	second := closing(t, NewLVM(fakelvm.Name, "", false, 0, vg, first.lockDir)) // the same node
+	second.SetDeviceMapperControl(dmControl(t, true))
+	err := second.Start(ctx)
+	if err == nil {
+		t.Error("a second backend started on a volume group another one serves")
+	} else {
+		t.Logf("second Start: %v", err)
+	}
+	resume()
+	r := <-created
+	if r.err != nil {
+		t.Fatalf("the first backend's clone failed: %v", r.err)
+	}
+	if vol, err := first.GetVolume(ctx, "c"); err != nil || vol.State != StateReady || vol.SizeBytes != 16*mi {
+		t.Errorf("CreateVolume answered %+v, but the volume is %+v (%v)", r.vol, vol, err)
 	}
 }

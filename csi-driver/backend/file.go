@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,10 +48,9 @@ type File struct {
 	space   spaceGuard
 	cow     cowCache
 
-	// lock is the state directory, open and locked while this backend
-	// holds the disk (lockDisk); nil before Start and after Close.
-	lockMu sync.Mutex
-	lock   *os.File
+	// lock is held on the state directory while this backend serves the
+	// disk (lockDisk).
+	lock serveLock
 }
 
 var _ Backend = &File{}
@@ -119,50 +117,16 @@ func (f *File) Start(ctx context.Context) (err error) {
 	return f.recover(ctx, f.snapshots)
 }
 
-// lockDisk takes an exclusive lock on the state directory, held until
-// Close, so that one backend at a time serves the disk. Start rolls back
-// every creation that did not finish, which is only right when no other
-// process is in the middle of one: a second driver on the node (a
-// force-deleted driver pod whose container still runs while its
-// replacement starts, two installations side by side) would remove the
-// data file of a volume that the first then reports created. The lock is
-// flock(2) on the directory itself, which needs nothing written (a
-// read-only or full filesystem is locked as any other) and which the
-// kernel drops when the holder dies, so a crashed driver never leaves the
-// disk locked. Taking it again while holding it does nothing.
+// lockDisk takes the disk (serveLock) until Close. The lock is on the
+// state directory itself: it is the disk's whoever mounts it, and locking
+// it needs nothing written (a read-only or full filesystem is locked as
+// any other).
 func (f *File) lockDisk() error {
-	f.lockMu.Lock()
-	defer f.lockMu.Unlock()
-	if f.lock != nil {
-		return nil
-	}
-	dir := filepath.Join(f.path, stateDirName)
-	lock, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return fmt.Errorf("opening state directory to lock it: %w", err)
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		lock.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("another process serves the disk at %s (it holds the lock on %s): is a second diskfit driver running on this node, such as a driver pod still terminating or a second installation? The disk is served once that one is gone", f.path, dir)
-		}
-		return fmt.Errorf("locking %s: %w", dir, err)
-	}
-	f.lock = lock
-	return nil
+	return f.lock.take(filepath.Join(f.path, stateDirName), os.O_RDONLY|unix.O_DIRECTORY, "the disk at "+f.path)
 }
 
 // Close implements Backend: it releases the disk's lock (lockDisk).
-func (f *File) Close() error {
-	f.lockMu.Lock()
-	defer f.lockMu.Unlock()
-	if f.lock == nil {
-		return nil
-	}
-	err := f.lock.Close()
-	f.lock = nil
-	return err
-}
+func (f *File) Close() error { return f.lock.release() }
 
 // checkMounted refuses a path that is neither a mount point nor already
 // holds diskfit's state: when a disk failed to mount, its path is an empty

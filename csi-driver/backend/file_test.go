@@ -69,13 +69,13 @@ func newFile(t *testing.T, fsType string, size, reserved int64) (*File, string) 
 	return f, p
 }
 
-// closing closes f, releasing its disk, when the test ends. A test that
+// closing closes b, releasing its disk, when the test ends. A test that
 // restarts a backend on a disk closes the first one before, as the exit of
 // a restarted driver releases it.
-func closing(t testing.TB, f *File) *File {
+func closing[B Backend](t testing.TB, b B) B {
 	t.Helper()
-	t.Cleanup(func() { f.Close() })
-	return f
+	t.Cleanup(func() { b.Close() })
+	return b
 }
 
 func TestFileCreateDeleteExpand(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,14 +28,20 @@ type LVM struct {
 	// stays unhealthy instead of failing every request in a confusing way.
 	dmErr error
 	space spaceGuard
+	// lockDir holds the volume groups' lock files (lockVG); lock is held
+	// on this group's while this backend serves it.
+	lockDir string
+	lock    serveLock
 }
 
 var _ Backend = &LVM{}
 
 // NewLVM returns a backend for volume group vg. When allowInitialize is set
-// and the group does not exist, Start creates it on device.
-func NewLVM(vg, device string, allowInitialize bool, reserved int64, run lvm.Runner) *LVM {
-	l := &LVM{vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: lvm.DeviceMapperControl}
+// and the group does not exist, Start creates it on device. lockDir is the
+// node's directory for the lock of each volume group a driver serves
+// (lockVG): every driver on the node must see it as the same directory.
+func NewLVM(vg, device string, allowInitialize bool, reserved int64, run lvm.Runner, lockDir string) *LVM {
+	l := &LVM{vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: lvm.DeviceMapperControl, lockDir: lockDir}
 	l.reserved.Store(reserved)
 	return l
 }
@@ -45,12 +52,39 @@ func (l *LVM) SetReserved(bytes int64) { l.reserved.Store(bytes) }
 // Kind implements Backend.
 func (l *LVM) Kind() v1alpha1.Backend { return v1alpha1.BackendLVM }
 
-// Close implements Backend. The LVM backend takes no lock of its own on
-// the volume group, so it has nothing to release.
-func (l *LVM) Close() error { return nil }
+// Close implements Backend: it releases the volume group's lock (lockVG).
+func (l *LVM) Close() error { return l.lock.release() }
 
-// Start implements Backend.
-func (l *LVM) Start(ctx context.Context) error {
+// lockVG takes the volume group (serveLock) until Close. The lock is a
+// file of the group's name in lockDir, a directory of the node that every
+// driver on it mounts: a volume group has no file of its own to lock that
+// exists whether or not its LVs are active, and lvm2's own locks are held
+// only while one command runs. The file is never removed, since a process
+// may hold it open: removing it would let another lock a new file of the
+// same name.
+func (l *LVM) lockVG() error {
+	if !filepath.IsAbs(l.lockDir) {
+		return fmt.Errorf("the lock directory %q is not an absolute path", l.lockDir)
+	}
+	if err := os.MkdirAll(l.lockDir, 0o755); err != nil {
+		return err
+	}
+	return l.lock.take(filepath.Join(l.lockDir, "lvm-"+l.vg+".lock"), os.O_RDONLY|os.O_CREATE, "volume group "+l.vg)
+}
+
+// Start implements Backend: it takes the volume group (lockVG), creates
+// it when allowed and missing, and removes the LVs of creations that did
+// not finish (tagged creating). A Start that fails lets go of the group
+// again.
+func (l *LVM) Start(ctx context.Context) (err error) {
+	if err := l.lockVG(); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			l.Close()
+		}
+	}()
 	if l.dmErr = lvm.CheckDeviceMapper(l.dmControl); l.dmErr != nil {
 		// Not fatal: the other disks of the node still work, and the
 		// DiskNode tells the scheduler why this one does not.

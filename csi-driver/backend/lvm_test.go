@@ -28,7 +28,7 @@ func dmControl(t *testing.T, present bool) string {
 
 func newLVM(t *testing.T, run *fakelvm.VG, dm bool) *LVM {
 	t.Helper()
-	l := NewLVM("vg0", "", false, 8*mi, run)
+	l := closing(t, NewLVM("vg0", "", false, 8*mi, run, t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, dm))
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestLVMWithoutDeviceMapper(t *testing.T) {
 }
 
 func TestLVMMissingVolumeGroup(t *testing.T) {
-	l := NewLVM("gone", "", false, 0, fakelvm.New(1<<30))
+	l := closing(t, NewLVM("gone", "", false, 0, fakelvm.New(1<<30), t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, true))
 	if err := l.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "volume group gone") {
 		t.Errorf("start with a missing volume group: %v", err)
@@ -172,17 +172,17 @@ func TestParseLVMReports(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lvs, err := NewLVM("vg0", "", false, 0, reportRunner(tt.out)).lvs(context.Background())
+			lvs, err := NewLVM("vg0", "", false, 0, reportRunner(tt.out), "").lvs(context.Background())
 			if (err != nil) != tt.wantErr || len(lvs) != tt.wantLVs {
 				t.Errorf("lvs = %v, %v", lvs, err)
 			}
 		})
 	}
-	other := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`))
+	other := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`), "")
 	if _, err := other.Usage(context.Background()); !errors.Is(err, ErrNotFound) {
 		t.Errorf("usage from a report of another group: %v", err)
 	}
-	l := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`))
+	l := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`), "")
 	if u, err := l.Usage(context.Background()); err != nil || u.CapacityBytes != 100 || u.FreeBytes != 40 {
 		t.Errorf("usage = %+v, %v", u, err)
 	}
@@ -216,7 +216,7 @@ func TestLVMReal(t *testing.T) {
 		_, _ = testdisk.Output("vgremove", "--yes", "--force", vg)
 		_, _ = testdisk.Output("pvremove", "--yes", dev)
 	})
-	l := NewLVM(vg, dev, true, 0, lvm.ExecRunner{})
+	l := closing(t, NewLVM(vg, dev, true, 0, lvm.ExecRunner{}, t.TempDir()))
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

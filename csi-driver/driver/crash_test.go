@@ -52,8 +52,9 @@ func runCrashChild() {
 	}
 	d, err := New(Config{
 		Endpoint: "unix://" + os.Getenv(crashEnvSocket), NodeID: testNode, KubeletDir: os.Getenv(crashEnvKubelet), StatusInterval: time.Hour,
-		Node:   &config.NodeConfig{Disks: []config.Disk{{Name: "only", Backend: v1alpha1.BackendFile, Path: os.Getenv(crashEnvDisk)}}},
-		Faults: faults,
+		LockDir: os.TempDir(), // unused: no lvm disk
+		Node:    &config.NodeConfig{Disks: []config.Disk{{Name: "only", Backend: v1alpha1.BackendFile, Path: os.Getenv(crashEnvDisk)}}},
+		Faults:  faults,
 	})
 	if err != nil {
 		klog.Fatal(err)

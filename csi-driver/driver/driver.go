@@ -87,6 +87,10 @@ type Config struct {
 	// Faults stops the driver at a step of an operation, for crash tests
 	// (see package fault); nil otherwise.
 	Faults *fault.Injector
+	// LockDir is the node's directory for the locks that make one driver
+	// at a time serve each lvm disk (backend.NewLVM): a host directory
+	// that every driver on the node sees as the same one.
+	LockDir string
 	// LVMRunner runs lvm2 commands; nil means lvm.ExecRunner.
 	LVMRunner lvm.Runner
 	// DeviceMapperControl overrides lvm.DeviceMapperControl in tests.
@@ -310,6 +314,9 @@ func New(cfg Config) (*Driver, error) {
 	if !filepath.IsAbs(cfg.KubeletDir) {
 		errs = append(errs, fmt.Errorf("kubelet directory %q is not absolute", cfg.KubeletDir))
 	}
+	if !filepath.IsAbs(cfg.LockDir) {
+		errs = append(errs, fmt.Errorf("lock directory %q is not absolute", cfg.LockDir))
+	}
 	if cfg.StatusInterval <= 0 {
 		errs = append(errs, errors.New("status interval must be positive"))
 	}
@@ -352,7 +359,7 @@ func (d *Driver) newDisk(dc config.Disk) *disk {
 	var b backend.Backend
 	switch dc.Backend {
 	case v1alpha1.BackendLVM:
-		l := backend.NewLVM(dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), d.cfg.LVMRunner)
+		l := backend.NewLVM(dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), d.cfg.LVMRunner, d.cfg.LockDir)
 		if d.cfg.DeviceMapperControl != "" {
 			l.SetDeviceMapperControl(d.cfg.DeviceMapperControl)
 		}

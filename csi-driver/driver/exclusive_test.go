@@ -1,12 +1,20 @@
 package driver
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/config"
+	"github.com/diskfit/diskfit/csi-driver/internal/fakelvm"
 )
 
 // TestSecondDriverOnADiskWaits: a second driver on the node (a driver pod
@@ -39,4 +47,82 @@ func TestSecondDriverOnADiskWaits(t *testing.T) {
 	if _, err := second.ControllerGetVolume(e.ctx, get); err != nil {
 		t.Errorf("after the first driver is gone and a refresh: %v", err)
 	}
+}
+
+// TestSecondDriverOnAVolumeGroupWaits is TestSecondDriverOnADiskWaits for
+// an lvm disk: a second driver starts while the first clones a volume (the
+// new LV made, its data being copied). It leaves the clone alone and
+// answers Unavailable for the group's volumes, naming the lock; the clone
+// completes, and once the first driver is gone the next status refresh
+// starts the disk in the second. lvm2 is faked (fakelvm): this machine's
+// kernel has no device-mapper, so real lvm2 cannot run here.
+func TestSecondDriverOnAVolumeGroupWaits(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	vg := fakelvm.New(gi)
+	cfg := Config{
+		Endpoint: "unix:///unused", NodeID: testNode, KubeletDir: t.TempDir(), LockDir: t.TempDir(), StatusInterval: time.Hour,
+		Node:                &config.NodeConfig{MaxVolumes: 10, Disks: []config.Disk{{Name: "lvm", Backend: v1alpha1.BackendLVM, VolumeGroup: fakelvm.Name}}},
+		LVMRunner:           vg,
+		DeviceMapperControl: deviceMapperControl(t),
+	}
+	start := func() *Driver {
+		d, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Start(ctx)
+		t.Cleanup(func() { stopDisks(d) })
+		return d
+	}
+	first := start()
+	src, err := first.CreateVolume(ctx, createReq("pvc-src", 64*mi))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused, resume := vg.Hold("dd") // the clone's copy
+	t.Cleanup(resume)
+	type result struct {
+		resp *csi.CreateVolumeResponse
+		err  error
+	}
+	cloned := make(chan result, 1)
+	go func() {
+		req := createReq("pvc-clone", 64*mi)
+		req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.Volume.VolumeId}}}
+		resp, err := first.CreateVolume(ctx, req)
+		cloned <- result{resp, err}
+	}()
+	<-paused
+
+	second := start()
+	_, err = second.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: src.Volume.VolumeId})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "another process serves") {
+		t.Errorf("the second driver answered %v, want Unavailable naming the lock", err)
+	}
+	resume()
+	r := <-cloned
+	if r.err != nil {
+		t.Fatalf("the first driver's clone failed: %v", r.err)
+	}
+	clone := &csi.ControllerGetVolumeRequest{VolumeId: r.resp.Volume.VolumeId}
+	if _, err := first.ControllerGetVolume(ctx, clone); err != nil {
+		t.Errorf("the clone the first driver reported created: %v", err)
+	}
+
+	stopDisks(first) // the first driver exits
+	second.publish(ctx)
+	if _, err := second.ControllerGetVolume(ctx, clone); err != nil {
+		t.Errorf("after the first driver is gone and a refresh: %v", err)
+	}
+}
+
+// deviceMapperControl returns a file that opens as /dev/mapper/control
+// would, for an lvm disk whose lvm2 is faked.
+func deviceMapperControl(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "control")
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

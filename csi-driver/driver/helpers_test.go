@@ -75,7 +75,7 @@ func newEnvContext(t testing.TB, ctx context.Context, disks []testDisk, faults *
 	e.diskfit = dffake.NewSimpleClientset()
 	diskNode := kube.DiskNodePublisher{Kube: e.kube, DiskFit: e.diskfit, NodeName: testNode}
 	c := Config{
-		Endpoint: "unix:///unused", NodeID: testNode, Node: cfg, KubeletDir: e.kubelet, StatusInterval: time.Hour,
+		Endpoint: "unix:///unused", NodeID: testNode, Node: cfg, KubeletDir: e.kubelet, LockDir: t.TempDir(), StatusInterval: time.Hour,
 		PVCs:   kube.PVCGetter{Client: e.kube},
 		Status: diskNode,
 		Spec:   diskNode,

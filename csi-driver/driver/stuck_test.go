@@ -246,7 +246,7 @@ func TestHungLVMCommandIsKilledAtTheDeadline(t *testing.T) {
 	}
 	run := &lvmHangRunner{}
 	d, err := New(Config{
-		Endpoint: "unix:///unused", NodeID: testNode, KubeletDir: t.TempDir(), StatusInterval: time.Hour,
+		Endpoint: "unix:///unused", NodeID: testNode, KubeletDir: t.TempDir(), LockDir: t.TempDir(), StatusInterval: time.Hour,
 		Node:                &config.NodeConfig{MaxVolumes: 10, Disks: []config.Disk{{Name: "lvm", Backend: v1alpha1.BackendLVM, VolumeGroup: "vg0"}}},
 		LVMRunner:           run,
 		DeviceMapperControl: dm,

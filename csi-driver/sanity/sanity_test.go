@@ -83,6 +83,7 @@ func startDriver(t *testing.T, fsType string) sanity.TestConfig {
 		NodeID:         "sanity-node-" + fsType,
 		Node:           &config.NodeConfig{MaxVolumes: 1000, Disks: []config.Disk{{Name: "disk-" + fsType, Backend: v1alpha1.BackendFile, Path: disk}}},
 		KubeletDir:     kubelet,
+		LockDir:        t.TempDir(),
 		StatusInterval: time.Minute,
 	})
 	if err != nil {

@@ -28,12 +28,11 @@ type VG struct {
 	Calls []string
 	// Fail makes every command of that name fail with the error.
 	Fail map[string]error
-	// Before, when set, is called with every command before it runs,
-	// outside the lock: a test holds a command there (an lvcreate, a
-	// copy) while another runs.
-	Before func(name string, args []string)
 
 	mu sync.Mutex
+	// before is called with every command's name before it runs, outside
+	// the lock (Hold).
+	before func(name string)
 }
 
 // LV is one logical volume.
@@ -47,10 +46,33 @@ func New(size int64) *VG {
 	return &VG{Size: size, Free: size, LVs: map[string]*LV{}, Fail: map[string]error{}}
 }
 
+// Hold makes the first command called name that runs from now on wait,
+// before it runs, until resume is called; paused is closed once it waits.
+// A test holds an operation there (its lvcreate, its copy) while other
+// commands run.
+func (f *VG) Hold(name string) (paused <-chan struct{}, resume func()) {
+	p, r := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.before = func(command string) {
+		if command == name {
+			once.Do(func() {
+				close(p)
+				<-r
+			})
+		}
+	}
+	return p, sync.OnceFunc(func() { close(r) })
+}
+
 // Run implements lvm.Runner.
 func (f *VG) Run(_ context.Context, name string, args ...string) (string, error) {
-	if f.Before != nil {
-		f.Before(name, args)
+	f.mu.Lock()
+	before := f.before
+	f.mu.Unlock()
+	if before != nil {
+		before(name)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
