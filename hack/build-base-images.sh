@@ -17,6 +17,9 @@
 # debootstrap (apt-get install debootstrap) and go.
 #
 #   GO_VERSION=1.26.8 hack/build-base-images.sh   (default: the host's go)
+#
+# Sourced (hack/kind/build-node-image.sh), it only defines its functions:
+# rootfs_cached gives the same cached debootstrap with more packages.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,15 +29,17 @@ mirror=http://deb.debian.org/debian
 # ca-certificates and tzdata for the static image and for `go mod download`;
 # netbase for /etc/services and /etc/protocols, as distroless has them.
 include=ca-certificates,tzdata,netbase
-GO_VERSION=${GO_VERSION:-$(go env GOVERSION | sed 's/^go//')}
 repo=diskfit.local
 
-log() { echo "build-base-images: $*" >&2; }
+log() { echo "${log_prefix:-build-base-images}: $*" >&2; }
 
-for tool in docker debootstrap go tar sha256sum; do
-	command -v "$tool" >/dev/null || { log "$tool not found"; exit 1; }
-done
-[[ $(id -u) -eq 0 ]] || { log "debootstrap needs root"; exit 1; }
+# need fails unless the tools named are on PATH.
+need() {
+	local tool
+	for tool in "$@"; do
+		command -v "$tool" >/dev/null || { log "$tool not found"; exit 1; }
+	done
+}
 
 # hash prints the first 12 hex digits of the SHA-256 of its arguments.
 hash() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
@@ -50,14 +55,17 @@ scratch() {
 }
 
 # rootfs_tar makes $1, a tar of a minimal Debian $suite: debootstrap's
-# minbase, without documentation, man pages, locales and apt's lists (as
-# debian:*-slim), with dpkg told to leave them out of later installs too.
+# minbase plus the packages in $2 (comma-separated), without documentation,
+# man pages, locales and apt's lists (as debian:*-slim), with dpkg told to
+# leave them out of later installs too.
 rootfs_tar() {
-	local out=$1 dir
+	local out=$1 packages=$2 dir
+	[[ $(id -u) -eq 0 ]] || { log "debootstrap needs root"; exit 1; }
+	need debootstrap
 	scratch rootfs
 	dir=$REPLY
 	log "debootstrap $suite into $dir"
-	debootstrap --variant=minbase --include="$include" "$suite" "$dir" "$mirror" >&2
+	debootstrap --variant=minbase --include="$packages" "$suite" "$dir" "$mirror" >&2
 	cat >"$dir/etc/dpkg/dpkg.cfg.d/slim" <<-'EOF'
 		path-exclude /usr/share/doc/*
 		path-include /usr/share/doc/*/copyright
@@ -166,20 +174,38 @@ static_image() {
 		'ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt' 'USER 65532:65532' 'WORKDIR /home/nonroot'
 }
 
-mkdir -p "$cache"
-rootfs_key=$(hash "$suite" "$mirror" "$include" "$(declare -f rootfs_tar)")
-rootfs=$cache/rootfs-$suite-$rootfs_key.tar
-declare -A images=(
-	[DEBIAN_IMAGE]=$repo/debian:$suite-$(hash "$rootfs_key" "$(declare -f debian_image import_dir)")
-	[GOLANG_IMAGE]=$repo/golang:$GO_VERSION-$suite-$(hash "$rootfs_key" "$GO_VERSION" "$(local_cas)" "$(declare -f golang_image import_dir)")
-	[STATIC_IMAGE]=$repo/static:nonroot-$(hash "$rootfs_key" "$(declare -f static_image import_dir)")
-)
-declare -A recipe=([DEBIAN_IMAGE]=debian_image [GOLANG_IMAGE]=golang_image [STATIC_IMAGE]=static_image)
-for arg in DEBIAN_IMAGE GOLANG_IMAGE STATIC_IMAGE; do
-	image=${images[$arg]}
-	if ! have "$image"; then
-		[[ -f $rootfs ]] || rootfs_tar "$rootfs"
-		"${recipe[$arg]}" "$image" "$rootfs"
-	fi
-	echo "$arg=$image"
-done
+# rootfs_key prints the hash of rootfs_tar's recipe with the packages in $1.
+rootfs_key() { hash "$suite" "$mirror" "$1" "$(declare -f rootfs_tar)"; }
+
+# rootfs_cached sets REPLY to the cached tar of rootfs_tar with the packages
+# in $1 (comma-separated), making it when missing.
+rootfs_cached() {
+	local tar
+	tar=$cache/rootfs-$suite-$(rootfs_key "$1").tar
+	mkdir -p "$cache"
+	[[ -f $tar ]] || rootfs_tar "$tar" "$1"
+	REPLY=$tar
+}
+
+main() {
+	need docker go tar sha256sum
+	GO_VERSION=${GO_VERSION:-$(go env GOVERSION | sed 's/^go//')}
+	local key arg image
+	key=$(rootfs_key "$include")
+	local -A images=(
+		[DEBIAN_IMAGE]=$repo/debian:$suite-$(hash "$key" "$(declare -f debian_image import_dir)")
+		[GOLANG_IMAGE]=$repo/golang:$GO_VERSION-$suite-$(hash "$key" "$GO_VERSION" "$(local_cas)" "$(declare -f golang_image import_dir)")
+		[STATIC_IMAGE]=$repo/static:nonroot-$(hash "$key" "$(declare -f static_image import_dir)")
+	)
+	local -A recipe=([DEBIAN_IMAGE]=debian_image [GOLANG_IMAGE]=golang_image [STATIC_IMAGE]=static_image)
+	for arg in DEBIAN_IMAGE GOLANG_IMAGE STATIC_IMAGE; do
+		image=${images[$arg]}
+		if ! have "$image"; then
+			rootfs_cached "$include"
+			"${recipe[$arg]}" "$image" "$REPLY"
+		fi
+		echo "$arg=$image"
+	done
+}
+
+[[ ${BASH_SOURCE[0]} != "$0" ]] || main "$@"
