@@ -55,6 +55,11 @@ $(BIN)/buildx: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && GOBIN=$(BIN) $(GO) install github.com/docker/buildx/cmd/buildx
 	touch $@
 
+# kind, for hack/kind-e2e.sh; pinned in hack/tools/go.mod like the tools.
+$(BIN)/kind: hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && GOBIN=$(BIN) $(GO) install sigs.k8s.io/kind
+	touch $@
+
 .PHONY: images
 images: ## Build diskfit's images (ghcr.io/diskfit/*:dev) from hack/Dockerfile; OFFLINE=1 builds their base images here instead of pulling them (needs root).
 	@docker buildx version >/dev/null 2>&1 || $(MAKE) --no-print-directory $(BIN)/buildx

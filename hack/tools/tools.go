@@ -1,8 +1,8 @@
 //go:build tools
 
 // Package tools pins the versions of controller-gen, the linters, the CSI
-// sidecars, csi-sanity and buildx (for make images) that the Makefile
-// builds into bin/.
+// sidecars, csi-sanity, buildx (for make images) and kind (for the kind
+// end-to-end run) that the Makefile builds into bin/.
 package tools
 
 import (
@@ -15,4 +15,5 @@ import (
 	_ "golang.org/x/vuln/cmd/govulncheck"
 	_ "honnef.co/go/tools/cmd/staticcheck"
 	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
+	_ "sigs.k8s.io/kind"
 )
