@@ -5,6 +5,7 @@
 # (docs/kind-offline.md); the wrapper drops those and runs runc.
 #
 #   hack/kind/host-setup.sh enable    back up /etc/docker/daemon.json, add the runtime, make it the default
+#                                     (nothing where dockerd's bounding set is full)
 #   hack/kind/host-setup.sh disable   put the backup back
 #
 # dockerd reloads `runtimes` and `default-runtime` on SIGHUP: running
@@ -45,7 +46,20 @@ write_config() {
 	EOF
 }
 
+# full_bounding_set: dockerd's capability bounding set holds every
+# capability the kernel knows, so privileged containers start without help.
+full_bounding_set() {
+	local bnd last
+	bnd=$(awk '/^CapBnd:/ {print $2}' "/proc/$(pidof dockerd)/status")
+	last=$(cat /proc/sys/kernel/cap_last_cap)
+	(((0x$bnd & ((1 << (last + 1)) - 1)) == (1 << (last + 1)) - 1))
+}
+
 enable() {
+	if full_bounding_set; then
+		log "dockerd's bounding set is full: nothing to do"
+		return
+	fi
 	if [[ -e $backup || -e $absent ]]; then
 		log "already enabled ($backup exists)"
 		return
