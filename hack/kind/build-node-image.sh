@@ -264,13 +264,14 @@ node_image() {
 		while pgrep -x containerd >/dev/null; do sleep 0.2; done
 		rm /images.tar'
 	docker commit -c 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' -c 'CMD []' "$id" "$image" >/dev/null
+	docker rm -f -v "$id" >/dev/null
 	log "built $image ($(docker image inspect -f '{{.Size}}' "$image" | numfmt --to=iec))"
 }
 
 # Build containers, removed at exit with the scratch directories.
 containers=()
 cleanup() {
-	((${#containers[@]} == 0)) || docker rm -f -v "${containers[@]}" >/dev/null
+	((${#containers[@]} == 0)) || docker rm -f -v "${containers[@]}" >/dev/null 2>&1 || true
 	rm -rf "${scratch_dirs[@]}"
 }
 
