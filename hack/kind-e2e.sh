@@ -6,17 +6,28 @@
 #
 #   hack/kind-e2e.sh            create cluster "diskfit-e2e", test, delete it
 #   KEEP=1 hack/kind-e2e.sh     leave the cluster running
+#   OFFLINE=1 hack/kind-e2e.sh  no registry: the node image and every image
+#                               are built here (hack/kind/build-node-image.sh)
 #
-# Needs: docker, kind, kubectl, go. Nothing here runs without a Docker engine.
+# Needs: docker, kubectl, go; kind is bin/kind (make builds it from the pin).
+# Nothing here runs without a Docker engine. On a host whose capability
+# bounding set is short, hack/kind/host-setup.sh makes runc-capfilter the
+# engine's default runtime while the cluster exists (docs/kind-offline.md).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 cluster=${CLUSTER:-diskfit-e2e}
 kubeconfig=$(mktemp)
-trap 'rm -f "$kubeconfig"; [[ ${KEEP:-} == 1 ]] || kind delete cluster --name "$cluster"' EXIT
+[[ -x bin/kind ]] || make --no-print-directory "$root/bin/kind"
+kind() { "$root/bin/kind" "$@"; }
+cleanup() {
+	rm -f "$kubeconfig"
+	[[ ${KEEP:-} == 1 ]] || { kind delete cluster --name "$cluster"; hack/kind/host-setup.sh disable; }
+}
+trap cleanup EXIT
 
-for tool in docker kind kubectl go; do
+for tool in docker kubectl go; do
 	command -v "$tool" >/dev/null || { echo "kind-e2e: $tool not found" >&2; exit 1; }
 done
 
@@ -26,10 +37,25 @@ echo "== building images"
 images=(diskfit-csi diskfit-scheduler diskfit-controller diskfit-kind-registrar)
 IMAGES="${images[*]}" TAG=dev hack/build-images.sh
 
+node_image=()
+if [[ ${OFFLINE:-} == 1 ]]; then
+	node_image=(--image "$(hack/kind/build-node-image.sh)")
+	# The nodes' /var is a volume on the host's file system, where
+	# containerd's overlayfs works even when the engine's storage is
+	# fuse-overlayfs (kind would pick fuse-overlayfs, not in the image).
+	export KIND_EXPERIMENTAL_CONTAINERD_SNAPSHOTTER=overlayfs
+fi
+hack/kind/host-setup.sh enable
+
 echo "== creating kind cluster $cluster (3 nodes)"
-cat <<EOC | kind create cluster --name "$cluster" --kubeconfig "$kubeconfig" --config -
+# failCgroupV1: false lets the kubelet start on a cgroup v1 host.
+cat <<EOC | kind create cluster --name "$cluster" --kubeconfig "$kubeconfig" "${node_image[@]}" --config -
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
 nodes:
   - role: control-plane
   - role: worker

@@ -194,8 +194,13 @@ kind_files() {
 	find "$files" -type d -exec chmod 0755 {} +
 	find "$files" -type f -exec chmod 0644 {} +
 	chmod 0755 "$files"/kind/bin/* "$files"/usr/local/bin/*
-	# The sandbox image kubeadm asks for, which this image holds.
-	sed -i "s|sandbox_image = .*|sandbox_image = \"registry.k8s.io/pause:$(pause_version)\"|" "$files/etc/containerd/config.toml"
+	# The sandbox image kubeadm asks for, which this image holds; and
+	# containers keep at least containerd's OOM score: lowering it needs
+	# CAP_SYS_RESOURCE, which a host with a short bounding set does not give
+	# the node (runc: "failed to update /proc/self/oom_score_adj: Permission
+	# denied"). kind's entrypoint sets the same for user namespaces.
+	sed -i -e "s|sandbox_image = .*|sandbox_image = \"registry.k8s.io/pause:$(pause_version)\"|" \
+		-e 's|restrict_oom_score_adj = false|restrict_oom_score_adj = true|' "$files/etc/containerd/config.toml"
 	cp -r "$files/." "$dir/"
 }
 
