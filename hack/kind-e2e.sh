@@ -23,7 +23,8 @@ kubeconfig=$(mktemp)
 kind() { "$root/bin/kind" "$@"; }
 cleanup() {
 	rm -f "$kubeconfig"
-	[[ ${KEEP:-} == 1 ]] || { kind delete cluster --name "$cluster"; hack/kind/host-setup.sh disable; }
+	# KEEP=1: the cluster, and the engine's default runtime it needs, stay.
+	[[ ${KEEP:-} == 1 ]] || { kind delete cluster --name "$cluster" || true; hack/kind/host-setup.sh disable; }
 }
 trap cleanup EXIT
 
