@@ -30,9 +30,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../build-base-images.sh"
 log_prefix=build-node-image
 
-# Pins. Kubernetes and etcd come from hack/kind/go.mod; the rest are
-# modules installed at these versions.
-kube_version=v1.37.2
+# Pins. Kubernetes and etcd are hack/kind/go.mod's; the rest are modules
+# installed at these versions.
+kube_version=$(sed -n 's|^\tk8s.io/kubernetes \(v[^ ]*\)$|\1|p' "$here/go.mod")
 kind_module=sigs.k8s.io/kind@v0.33.0
 containerd_module=github.com/containerd/containerd/v2@v2.4.2
 runc_module=github.com/opencontainers/runc@v1.5.3
@@ -286,7 +286,7 @@ main() {
 	local key image base rootfs bin images_tar
 	key=$(hash "$kube_version" "$containerd_module" "$runc_module" "$cni_module" "$crictl_module" \
 		"$coredns_module" "$kind_module" "$node_packages" "$(cat "$here/go.sum")" \
-		"$(cat "$0" "$here/default-cni.yaml" "$here/default-storage.yaml")" "$(declare -f rootfs_tar import_dir)")
+		"$(cat "${BASH_SOURCE[0]}" "$here/default-cni.yaml" "$here/default-storage.yaml")" "$(declare -f rootfs_tar import_dir)")
 	image=diskfit.local/kind-node:$kube_version-$key
 	if have "$image"; then
 		echo "$image"
