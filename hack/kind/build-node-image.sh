@@ -27,6 +27,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # Defines log, need, hash, have, scratch, import_dir, rootfs_cached and sets
 # root and cache (its functions only: it runs nothing when sourced).
+# shellcheck source=hack/build-base-images.sh
 source "$here/../build-base-images.sh"
 log_prefix=build-node-image
 
@@ -153,9 +154,9 @@ binaries() {
 # the binaries in $1 and saves them to the tar $2. kube-proxy runs on the
 # node's root file system $3 (it needs iptables and nft); the others on none.
 control_plane_images() {
-	local bin=$1 out=$2 rootfs=$3 image name dir images=()
+	local bin=$1 out=$2 rootfs=$3 image name dir refs=()
 	while read -r image; do
-		images+=("$image")
+		refs+=("$image")
 		have "$image" && continue
 		name=${image##*/}
 		name=${name%%:*}
@@ -179,7 +180,7 @@ control_plane_images() {
 			;;
 		esac
 	done < <("$bin/kubeadm" config images list --kubernetes-version "$kube_version")
-	docker save -o "$out" "${images[@]}"
+	docker save -o "$out" "${refs[@]}"
 }
 
 # kind_files copies kind's base image files (Apache-2.0, images/base/files

@@ -23,9 +23,9 @@ log() { echo "host-setup: $*" >&2; }
 
 # reload sends dockerd SIGHUP and waits until it reports default runtime $1.
 reload() {
-	local want=$1 i
+	local want=$1 _
 	kill -HUP "$(pidof dockerd)"
-	for i in $(seq 20); do
+	for _ in $(seq 20); do
 		[[ $(docker info -f '{{.DefaultRuntime}}') == "$want" ]] && { log "default runtime: $want"; return; }
 		sleep 0.5
 	done
