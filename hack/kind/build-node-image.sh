@@ -151,13 +151,12 @@ binaries() {
 
 # control_plane_images makes the images kubeadm lists for $kube_version
 # (registry.k8s.io/kube-apiserver:v1.37.2, etcd, coredns, pause, ...) from
-# the binaries in $1 and saves them to the tar $2. kube-proxy runs on the
+# the binaries in $1 and saves them to the tar $2 (cached by main). kube-proxy runs on the
 # node's root file system $3 (it needs iptables and nft); the others on none.
 control_plane_images() {
 	local bin=$1 out=$2 rootfs=$3 image name dir refs=()
 	while read -r image; do
 		refs+=("$image")
-		have "$image" && continue
 		name=${image##*/}
 		name=${name%%:*}
 		scratch image
@@ -180,7 +179,10 @@ control_plane_images() {
 			;;
 		esac
 	done < <("$bin/kubeadm" config images list --kubernetes-version "$kube_version")
-	docker save -o "$out" "${refs[@]}"
+	docker save -o "$out.tmp" "${refs[@]}"
+	mv "$out.tmp" "$out"
+	# The tar is the cache: no stale registry.k8s.io tags stay in the engine.
+	docker rmi "${refs[@]}" >/dev/null
 }
 
 # kind_files copies kind's base image files (Apache-2.0, images/base/files
@@ -297,7 +299,7 @@ main() {
 	rootfs=$REPLY
 	binaries
 	bin=$REPLY
-	images_tar=$root/_output/kind/images-$key.tar
+	images_tar=$root/_output/kind/images-$(hash "$bin" "$rootfs" "$(declare -f control_plane_images import_dir)").tar
 	[[ -f $images_tar ]] || control_plane_images "$bin" "$images_tar" "$rootfs"
 	base=diskfit.local/kind-node-base:$kube_version-$key
 	have "$base" || node_base "$base" "$rootfs" "$bin"
