@@ -246,7 +246,6 @@ func (pl *DiskFit) podClaims(ctx context.Context, pod *v1.Pod) (*stateData, erro
 		s.claims = append(s.claims, c)
 		s.deferVolumeBinding = s.deferVolumeBinding && pl.sameOnEveryNode(pvc, sc)
 	}
-	s.deferVolumeBinding = s.deferVolumeBinding && len(s.claims) > 0
 	packing.SortClaims(s.claims)
 	return s, nil
 }
