@@ -274,9 +274,12 @@ func TestReloadChangesReserved(t *testing.T) {
 	r := newReloadEnv(t, twoSmallDisks(), "one")
 	before := r.observed("one").FreeBytes
 	r.writeConfigMap(t, r.diskYAML(100, "one")+"  reserved: 64Mi\n")
-	r.wait(t, "the new reserve", func() bool { return r.observed("one").FreeBytes != before })
-	if got := r.observed("one").FreeBytes; got != before-64*mi {
-		t.Errorf("free %d after reserving 64Mi, want %d", got, before-64*mi)
+	// The file system's own background work moves free space by a block
+	// or two on its own: wait for the reserve itself, and allow that much.
+	const slack = 64 << 10
+	r.wait(t, "the new reserve", func() bool { return before-r.observed("one").FreeBytes > 64*mi-slack })
+	if got := r.observed("one").FreeBytes; got < before-64*mi-slack || got > before-64*mi+slack {
+		t.Errorf("free %d after reserving 64Mi, want %d (within %d bytes)", got, before-64*mi, slack)
 	}
 }
 
