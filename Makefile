@@ -65,6 +65,11 @@ images: ## Build diskfit's images (ghcr.io/diskfit/*:dev) from hack/Dockerfile; 
 	@docker buildx version >/dev/null 2>&1 || $(MAKE) --no-print-directory $(BIN)/buildx
 	hack/build-images.sh
 
+.PHONY: kind-e2e
+kind-e2e: $(BIN)/kind ## Run the e2e suite on a kind cluster made from the manifests (hack/kind-e2e.sh; KEEP=1 keeps it, OFFLINE=1 builds every image here).
+	@docker buildx version >/dev/null 2>&1 || $(MAKE) --no-print-directory $(BIN)/buildx
+	hack/kind-e2e.sh
+
 .PHONY: deps
 deps: ## Install the system packages the tests and demo need (xfsprogs, e2fsprogs, lvm2, util-linux).
 	hack/install-deps.sh

@@ -20,7 +20,8 @@ cd "$root"
 cluster=${CLUSTER:-diskfit-e2e}
 kubeconfig=$(mktemp)
 [[ -x bin/kind ]] || make --no-print-directory "$root/bin/kind"
-kind() { "$root/bin/kind" "$@"; }
+# bin/ first: make-disks.sh calls kind too.
+export PATH=$root/bin:$PATH
 cleanup() {
 	rm -f "$kubeconfig"
 	# KEEP=1: the cluster, and the engine's default runtime it needs, stay.
