@@ -14,7 +14,7 @@
 # a second run finds every image and does nothing; the root file system is
 # cached in _output/base-images/ and survives an engine that lost its images.
 # Logs go to stderr, the NAME=image lines to stdout. Needs root, docker,
-# debootstrap (apt-get install debootstrap) and go.
+# debootstrap (installed by hack/install-deps.sh when missing) and go.
 #
 #   GO_VERSION=1.26.8 hack/build-base-images.sh   (default: the host's go)
 #
@@ -61,6 +61,7 @@ scratch() {
 rootfs_tar() {
 	local out=$1 packages=$2 dir
 	[[ $(id -u) -eq 0 ]] || { log "debootstrap needs root"; exit 1; }
+	command -v debootstrap >/dev/null || "$root/hack/install-deps.sh" debootstrap >&2
 	need debootstrap
 	scratch rootfs
 	dir=$REPLY

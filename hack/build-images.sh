@@ -15,15 +15,16 @@
 #
 # OFFLINE=1 builds the base images with hack/build-base-images.sh (cached,
 # needs root and debootstrap) and passes them as the Dockerfile's build
-# arguments. diskfit-kind-registrar is the kubelet registration stand-in of
-# the kind overlay (test/cmd/kind-registrar), not a product image.
+# arguments. diskfit-kind-registrar and diskfit-kind-livenessprobe stand in
+# for the two sidecars no Go module serves, in the kind overlay only
+# (test/cmd/kind-registrar, test/cmd/kind-livenessprobe): not product images.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 registry=${REGISTRY:-ghcr.io/diskfit}
 tag=${TAG:-dev}
-read -r -a images <<<"${IMAGES:-diskfit-scheduler diskfit-csi diskfit-webhook diskfit-controller diskfit diskfit-kind-registrar}"
+read -r -a images <<<"${IMAGES:-diskfit-scheduler diskfit-csi diskfit-webhook diskfit-controller diskfit diskfit-kind-registrar diskfit-kind-livenessprobe}"
 
 if docker buildx version >/dev/null 2>&1; then
 	buildx=(docker buildx)
@@ -36,9 +37,10 @@ fi
 
 args=()
 if [[ ${OFFLINE:-} == 1 ]]; then
+	base_images=$(hack/build-base-images.sh)
 	while IFS= read -r arg; do
 		args+=(--build-arg "$arg")
-	done < <(hack/build-base-images.sh)
+	done <<<"$base_images"
 fi
 
 summary=()

@@ -3,6 +3,9 @@
 # are missing: filesystem tools for the volumes, losetup for loop devices,
 # LVM tools for the lvm backend's command layer, btrfs-progs for a disk
 # whose state directory is a subvolume of its own. Needs root (apt-get).
+#
+#   hack/install-deps.sh [package...]   also the packages named, when missing
+#                                       (debootstrap for OFFLINE=1 images)
 set -euo pipefail
 
 declare -A need=(
@@ -19,6 +22,9 @@ declare -A need=(
   [mount]=mount
 )
 missing=()
+for pkg in "$@"; do
+  dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
+done
 for cmd in "${!need[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin:/sbin command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
 done

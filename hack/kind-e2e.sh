@@ -36,17 +36,30 @@ done
 echo "== building images"
 # The images manifests/overlays/kind runs; OFFLINE=1 builds their base
 # images here too (hack/build-images.sh).
-images=(diskfit-csi diskfit-scheduler diskfit-controller diskfit-kind-registrar)
+images=(diskfit-csi diskfit-scheduler diskfit-controller diskfit-webhook diskfit-kind-registrar diskfit-kind-livenessprobe)
 IMAGES="${images[*]}" TAG=dev hack/build-images.sh
+refs=("${images[@]/#/ghcr.io/diskfit/}")
+refs=("${refs[@]/%/:dev}")
 
+# The tests that write and read data run this image's sh, dd and sha256sum.
 node_image=()
 if [[ ${OFFLINE:-} == 1 ]]; then
+	# The sidecars and snapshot-controller under their public names, and
+	# Debian from the same debootstrap as diskfit's images.
+	sidecars=$(hack/kind/build-sidecar-images.sh)
+	mapfile -t sidecars <<<"$sidecars"
+	refs+=("${sidecars[@]}")
+	shell_image=$(hack/build-base-images.sh | sed -n 's/^DEBIAN_IMAGE=//p')
 	node_image=(--image "$(hack/kind/build-node-image.sh)")
 	# The nodes' /var is a volume on the host's file system, where
 	# containerd's overlayfs works even when the engine's storage is
 	# fuse-overlayfs (kind would pick fuse-overlayfs, not in the image).
 	export KIND_EXPERIMENTAL_CONTAINERD_SNAPSHOTTER=overlayfs
+else
+	shell_image=debian:bookworm-slim
+	docker image inspect "$shell_image" >/dev/null 2>&1 || docker pull "$shell_image"
 fi
+refs+=("$shell_image")
 hack/kind/host-setup.sh enable
 
 echo "== creating kind cluster $cluster (3 nodes)"
@@ -65,8 +78,9 @@ nodes:
   - role: worker
 EOC
 export KUBECONFIG=$kubeconfig
-refs=("${images[@]/#/ghcr.io/diskfit/}")
-kind load docker-image --name "$cluster" "${refs[@]/%/:dev}"
+kind load docker-image --name "$cluster" "${refs[@]}"
+# The pods that only hold volumes run the pause image the nodes have.
+pause_image=$(docker exec "$cluster-control-plane" crictl images | awk '$1 ~ /\/pause$/ { print $1 ":" $2; exit }')
 
 echo "== disks, then diskfit"
 manifests/overlays/kind/make-disks.sh "$cluster"
@@ -74,6 +88,9 @@ kubectl apply --server-side -k manifests/overlays/kind
 kubectl -n diskfit-system rollout status daemonset/diskfit-csi-node --timeout=5m
 kubectl -n diskfit-system rollout status deployment/diskfit-scheduler --timeout=5m
 kubectl -n diskfit-system rollout status deployment/diskfit-controller --timeout=5m
+kubectl -n diskfit-system rollout status deployment/diskfit-webhook --timeout=5m
+kubectl -n kube-system rollout status deployment/snapshot-controller --timeout=5m
 
 echo "== e2e"
-go test -count=1 -timeout 45m ./test/e2e -kubeconfig "$kubeconfig" -v
+go test -count=1 -timeout 45m ./test/e2e -kubeconfig "$kubeconfig" -v \
+	-pod-image "$pause_image" -shell-image "$shell_image"

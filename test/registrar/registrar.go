@@ -3,6 +3,8 @@
 // cannot be had: the local cluster (package test/cluster) and kind clusters
 // built without a registry (command test/cmd/kind-registrar, used only by
 // manifests/overlays/kind). Production manifests keep the real sidecar.
+// ProbeHandler does the same for livenessprobe, whose source no Go module
+// serves either (command test/cmd/kind-livenessprobe).
 //
 // The protocol is the kubelet's plugin registration
 // (k8s.io/kubelet/pkg/apis/pluginregistration/v1): the registrar serves a
@@ -17,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,4 +201,39 @@ func (r *Registrar) NotifyRegistrationStatus(_ context.Context, s *registerapi.R
 		}
 	}
 	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+// ProbeHandler serves livenessprobe's /healthz for the CSI driver at
+// address: 200 when the driver's Probe answers ready within timeout, 500
+// with the reason otherwise. The kind overlay's livenessprobe stand-in
+// (test/cmd/kind-livenessprobe) serves it.
+func ProbeHandler(address string, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if err := probe(req.Context(), address, timeout); err != nil {
+			klog.V(2).InfoS("Health check failed", "address", address, "err", err)
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+}
+
+// probe calls the driver's Probe once. A driver that answers without
+// "ready" is ready, as the CSI spec says.
+func probe(ctx context.Context, address string, timeout time.Duration) error {
+	conn, err := dial(address)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
+	if err != nil {
+		return fmt.Errorf("probing the CSI driver at %s: %w", address, err)
+	}
+	if ready := resp.GetReady(); ready != nil && !ready.GetValue() {
+		return fmt.Errorf("the CSI driver at %s is not ready", address)
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,9 +15,13 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/client-go/tools/record"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/kubernetes/pkg/kubelet/pluginmanager"
+	"k8s.io/utils/ptr"
 )
 
 // These tests run the registrar against the kubelet's own plugin manager
@@ -204,5 +210,58 @@ func TestStartGivesUpWhenNoDriverAnswers(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("registration directory holds %v with no driver", entries)
+	}
+}
+
+// prober is a CSI driver whose Probe answers ready or not, or fails.
+type prober struct {
+	csi.UnimplementedIdentityServer
+	ready *bool
+	err   error
+}
+
+func (p prober) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	resp := &csi.ProbeResponse{}
+	if p.ready != nil {
+		resp.Ready = wrapperspb.Bool(*p.ready)
+	}
+	return resp, nil
+}
+
+// /healthz follows the driver's Probe: 200 when it answers ready or says
+// nothing of readiness, 500 when it is not ready, fails, or is not there.
+func TestProbeHandlerFollowsTheDriversProbe(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		driver *prober
+		want   int
+	}{
+		{"ready", &prober{ready: ptr.To(true)}, http.StatusOK},
+		{"no readiness", &prober{}, http.StatusOK},
+		{"not ready", &prober{ready: ptr.To(false)}, http.StatusInternalServerError},
+		{"probe fails", &prober{err: status.Error(codes.FailedPrecondition, "disk gone")}, http.StatusInternalServerError},
+		{"no driver", nil, http.StatusInternalServerError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			socket := filepath.Join(t.TempDir(), "csi.sock")
+			if tc.driver != nil {
+				l, err := net.Listen("unix", socket)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := grpc.NewServer()
+				csi.RegisterIdentityServer(s, *tc.driver)
+				go func() { _ = s.Serve(l) }()
+				t.Cleanup(s.Stop)
+			}
+			rec := httptest.NewRecorder()
+			ProbeHandler(socket, time.Second).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			if rec.Code != tc.want {
+				t.Errorf("/healthz answered %d (%s), want %d", rec.Code, strings.TrimSpace(rec.Body.String()), tc.want)
+			}
+		})
 	}
 }
