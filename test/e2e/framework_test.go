@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/scheduler-plugin/webhook"
 )
 
 const (
@@ -125,7 +126,10 @@ func claim(name, class string, size int64) *v1.PersistentVolumeClaim {
 	}
 }
 
-// podSpec returns a pod using the named claims, scheduled by scheduler.
+// podSpec returns a pod of -pod-image using the named claims, scheduled by
+// scheduler. A pod that asks for the default scheduler by name opts out of
+// diskfit-webhook, which is deployed on kind and would otherwise give it
+// diskfit-scheduler.
 func podSpec(name, scheduler string, claims ...string) *v1.Pod {
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
@@ -133,9 +137,12 @@ func podSpec(name, scheduler string, claims ...string) *v1.Pod {
 			SchedulerName:                 scheduler,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			Containers: []v1.Container{{
-				Name: "app", Image: "registry.k8s.io/pause:3.10",
+				Name: "app", Image: *podImage,
 			}},
 		},
+	}
+	if scheduler == defaultScheduler {
+		pod.Labels[webhook.OptOutKey] = webhook.OptOutValue
 	}
 	for i, c := range claims {
 		vol := "data" + strconv.Itoa(i)

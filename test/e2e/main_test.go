@@ -28,6 +28,10 @@ var (
 		"cluster to test; empty starts the local cluster (needs root)")
 	localDirFlag = flag.String("local-dir", "",
 		"with -kubeconfig of a running localcluster: its run directory (/tmp/dfl/<pid>), for the tests that reach its disks")
+	podImage = flag.String("pod-image", "registry.k8s.io/pause:3.10",
+		"image of the test pods that only hold volumes; on a real cluster the nodes must have it or pull it")
+	shellImage = flag.String("shell-image", "debian:bookworm-slim",
+		"image with sh, head, dd and sha256sum, for the tests that write and read data in real containers")
 )
 
 // The clients every test uses, set up by TestMain.

@@ -39,7 +39,6 @@ func TestWebhookSetsTheSchedulerOfDiskFitPods(t *testing.T) {
 		t.Skip("the API server must reach this test process at 127.0.0.1, which only the local cluster's does; on kind, deploy manifests/webhook")
 	}
 	ns := newNamespace(t)
-	ctx := ctxFor(t, 5*time.Minute)
 	class := newStorageClass(t, "")
 	newPVC(t, ns, "data", class, 300*mi)
 	newPVC(t, ns, "other", otherDriverClass(t), 300*mi)
@@ -75,16 +74,7 @@ func TestWebhookSetsTheSchedulerOfDiskFitPods(t *testing.T) {
 	}
 	t.Cleanup(stop)
 
-	// The API server picks up the caBundle the webhook publishes from its
-	// own informer: wait until a dry run comes back mutated.
-	probe := podSpec("probe", "", "data")
-	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		pod, err := kube.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && pod.Spec.SchedulerName == diskfit.SchedulerName, err
-	})
-	if err != nil {
-		t.Fatalf("the API server does not call the webhook: %v", err)
-	}
+	waitForWebhook(t, ns, "data")
 
 	mutated := createPod(t, ns, podSpec("diskfit", "", "data"))
 	if mutated.Spec.SchedulerName != diskfit.SchedulerName {
@@ -108,6 +98,22 @@ func TestWebhookSetsTheSchedulerOfDiskFitPods(t *testing.T) {
 	unserved := createPod(t, ns, podSpec("unserved", "", "data"))
 	if unserved.Spec.SchedulerName != defaultScheduler {
 		t.Errorf("pod created with the webhook down: schedulerName %q, want it unchanged, %q", unserved.Spec.SchedulerName, defaultScheduler)
+	}
+}
+
+// waitForWebhook waits until the API server calls the webhook for a pod
+// of ns with the diskfit claim: the webhook publishes its caBundle itself
+// once it runs, and the API server picks it up from its own informer. A dry
+// run that comes back with diskfit-scheduler shows it.
+func waitForWebhook(t *testing.T, ns, claim string) {
+	t.Helper()
+	probe := podSpec("probe", "", claim)
+	err := wait.PollUntilContextTimeout(ctxFor(t, 3*time.Minute), 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod, err := kube.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && pod.Spec.SchedulerName == diskfit.SchedulerName, err
+	})
+	if err != nil {
+		t.Fatalf("the API server does not call the webhook: %v", err)
 	}
 }
 
