@@ -5,7 +5,8 @@
 # (docs/kind-offline.md); the wrapper drops those and runs runc.
 #
 #   hack/kind/host-setup.sh enable    back up /etc/docker/daemon.json, add the runtime, make it the default
-#                                     (nothing where dockerd's bounding set is full)
+#                                     (nothing where dockerd's bounding set is full);
+#                                     make loop device nodes for the kind nodes (loop_nodes)
 #   hack/kind/host-setup.sh disable   put the backup back
 #
 # dockerd reloads `runtimes` and `default-runtime` on SIGHUP: running
@@ -55,7 +56,21 @@ full_bounding_set() {
 	(((0x$bnd & ((1 << (last + 1)) - 1)) == (1 << (last + 1)) - 1))
 }
 
+# loop_nodes makes the host's /dev/loop0 to loop127 device nodes where they
+# are missing. A privileged container gets the host's device nodes as they
+# are when it starts; losetup in a kind node (make-disks.sh, the driver's
+# Block volumes) asks /dev/loop-control for a free loop device, which the
+# kernel may create then, and opens /dev/loopN, which must already exist in
+# the node's /dev.
+loop_nodes() {
+	local i
+	for i in $(seq 0 127); do
+		[[ -e /dev/loop$i ]] || mknod -m 0660 "/dev/loop$i" b 7 "$i"
+	done
+}
+
 enable() {
+	loop_nodes
 	if full_bounding_set; then
 		log "dockerd's bounding set is full: nothing to do"
 		return
