@@ -112,9 +112,9 @@ func TestLVMLifecycle(t *testing.T) {
 // marked ready) and an LV that is not diskfit's, and restarts.
 func TestLVMRecovery(t *testing.T) {
 	run := fakelvm.New(1 << 30)
-	run.LVs["v-half"] = &fakelvm.LV{Size: 4 * mi, Tags: []string{tagName + "aGFsZg", tagState + "creating"}}
-	run.LVs["v-done"] = &fakelvm.LV{Size: 4 * mi, Tags: []string{tagName + "ZG9uZQ", tagState + "ready"}}
-	run.LVs["root"] = &fakelvm.LV{Size: 4 * mi}
+	run.Create("v-half", 4*mi, tagName+"aGFsZg", tagState+"creating")
+	run.Create("v-done", 4*mi, tagName+"ZG9uZQ", tagState+"ready")
+	run.Create("root", 4*mi)
 	l := newLVM(t, run, true)
 	if _, ok := run.LVs["v-half"]; ok {
 		t.Error("half-made LV survived the restart")
@@ -332,7 +332,7 @@ func TestLVMContent(t *testing.T) {
 			t.Errorf("%d content tags: %q", n, run.LVs["v-k"].Tags)
 		}
 	}
-	run.LVs["v-older"] = &fakelvm.LV{Size: 4 * mi, Tags: []string{tagName + "b2xkZXI", tagState + "ready"}}
+	run.Create("v-older", 4*mi, tagName+"b2xkZXI", tagState+"ready")
 	if got := content("older"); got != ContentUnknown {
 		t.Errorf("an LV without the tag holds %q, want unknown", got)
 	}

@@ -1,9 +1,22 @@
 // Package fakelvm is a fake lvm2 for tests: an lvm.Runner that keeps one
-// volume group, vg0, in memory and answers vgs, lvs, lvcreate, lvchange,
-// lvextend, lvremove and the LV copy (dd) like lvm2 does, so the LVM
-// backend's command building and report parsing run against realistic
-// output. The project's test machines have no device-mapper, so real lvm2
-// cannot activate a logical volume there; TestLVMReal runs it where it can.
+// volume group, vg0, in memory and answers vgs, lvs, lvcreate (volumes and
+// thick snapshots), lvchange, lvextend, lvrename, lvconvert
+// --splitsnapshot, lvremove, the LV copy (dd) and blkdiscard like lvm2 and
+// util-linux do, so the LVM backend's command building and report parsing
+// run against realistic output. It is a fake because the project's test
+// machines have no device-mapper, so real lvm2 cannot activate a logical
+// volume there; TestLVMReal runs it where it can.
+//
+// The fake keeps data as well: the group is an array of 4 MiB extents, and
+// an LV is a list of them. As in lvm2, lvremove frees an LV's extents
+// without touching what they hold and lvcreate or lvextend hands them out
+// again as they are, so a test sees what a new LV would read on a real
+// disk. lvcreate and lvextend take the lowest-numbered free extents, an LV
+// non-contiguous when the free space is (lvm2's normal policy also splits
+// an LV over free areas, though it may pick them in another order). A
+// snapshot's extents hold a copy of its origin's data as it was when the
+// snapshot was made, which is what its copy-on-write area holds once the
+// origin has been written.
 package fakelvm
 
 import (
@@ -11,6 +24,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -18,68 +32,185 @@ import (
 // Name is the volume group's name.
 const Name = "vg0"
 
-// VG is the volume group. Its fields may be read and changed between
-// commands; Run serialises the commands, as lvm2's own locks do, so two
-// backends may run them at once on one VG.
+// ExtentSize is the volume group's extent size, lvm2's default.
+const ExtentSize = 4 << 20
+
+// VG is the volume group. Its LVs may be read and their tags changed
+// between commands; Run serialises the commands, as lvm2's own locks do,
+// so two backends may run them at once on one VG.
 type VG struct {
+	// Size is the group's size; Free is kept by the fake: the bytes of the
+	// extents no LV holds.
 	Size, Free int64
 	LVs        map[string]*LV
 	// Calls is every command run, "name arg arg ...".
 	Calls []string
-	// Fail makes every command of that name fail with the error.
+	// Fail makes every command of that name fail with the error. A key
+	// with arguments ("lvchange --deltag") fails only the commands whose
+	// line starts with it.
 	Fail map[string]error
 
 	mu sync.Mutex
 	// before is called with every command's name before it runs, outside
 	// the lock (Hold).
-	before func(name string)
+	before func(ctx context.Context, name string) error
+	// data holds each extent's bytes; nil is an extent of zeroes.
+	data [][]byte
+	// used marks the extents an LV holds.
+	used []bool
 }
 
 // LV is one logical volume.
 type LV struct {
 	Size int64
 	Tags []string
+	// Origin is the LV a snapshot is of, "" for other LVs.
+	Origin string
+	// Inactive is an LV without a device node: dd and blkdiscard cannot
+	// open it. LVs are active when made, as lvcreate leaves them.
+	Inactive bool
+	// extents are the group's extents the LV maps, in order.
+	extents []int
 }
 
 // New returns an empty volume group of size bytes.
 func New(size int64) *VG {
-	return &VG{Size: size, Free: size, LVs: map[string]*LV{}, Fail: map[string]error{}}
+	n := size / ExtentSize
+	return &VG{Size: size, Free: n * ExtentSize, LVs: map[string]*LV{}, Fail: map[string]error{},
+		data: make([][]byte, n), used: make([]bool, n)}
+}
+
+// Create makes an active LV of size bytes with tags, as lvcreate does; a
+// test sets up a group with it. It panics when the group has no room.
+func (f *VG) Create(name string, size int64, tags ...string) *LV {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lv := &LV{Tags: tags}
+	if !f.grow(lv, size) {
+		panic(fmt.Sprintf("fakelvm: no room for %s (%d bytes) in %s", name, size, Name))
+	}
+	f.LVs[name] = lv
+	return lv
+}
+
+// WriteLV writes data into LV name at byte offset off, as a pod writing to
+// its block device would.
+func (f *VG) WriteLV(name string, off int64, data []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lv := f.LVs[name]
+	if lv == nil {
+		return fmt.Errorf("fakelvm: no LV %s", name)
+	}
+	if off < 0 || off+int64(len(data)) > int64(len(lv.extents))*ExtentSize {
+		return fmt.Errorf("fakelvm: writing %d bytes at %d beyond the end of %s", len(data), off, name)
+	}
+	f.write(lv, off, data)
+	return nil
+}
+
+// ReadLV returns the bytes of LV name, as reading its block device would.
+func (f *VG) ReadLV(name string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lv := f.LVs[name]
+	if lv == nil {
+		return nil, fmt.Errorf("fakelvm: no LV %s", name)
+	}
+	return f.read(lv), nil
+}
+
+// Extents returns the group's extents LV name maps, in order.
+func (f *VG) Extents(name string) []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if lv := f.LVs[name]; lv != nil {
+		return slices.Clone(lv.extents)
+	}
+	return nil
+}
+
+// Names returns the names of the group's LVs, sorted.
+func (f *VG) Names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	names := make([]string, 0, len(f.LVs))
+	for n := range f.LVs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Commands returns a copy of Calls; it may be called while commands run.
+func (f *VG) Commands() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.Calls)
+}
+
+// SetFail sets Fail[key] to err, or clears it when err is nil; it may be
+// called while commands run.
+func (f *VG) SetFail(key string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil {
+		delete(f.Fail, key)
+	} else {
+		f.Fail[key] = err
+	}
 }
 
 // Hold makes the first command called name that runs from now on wait,
 // before it runs, until resume is called; paused is closed once it waits.
 // A test holds an operation there (its lvcreate, its copy) while other
-// commands run.
+// commands run. A held command whose context ends returns its error
+// without running, as a process killed by exec.CommandContext would.
 func (f *VG) Hold(name string) (paused <-chan struct{}, resume func()) {
 	p, r := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.before = func(command string) {
+	f.before = func(ctx context.Context, command string) error {
+		var err error
 		if command == name {
 			once.Do(func() {
 				close(p)
-				<-r
+				select {
+				case <-r:
+				case <-ctx.Done():
+					err = fmt.Errorf("%s: signal: killed: %w", command, ctx.Err())
+				}
 			})
 		}
+		return err
 	}
 	return p, sync.OnceFunc(func() { close(r) })
 }
 
 // Run implements lvm.Runner.
-func (f *VG) Run(_ context.Context, name string, args ...string) (string, error) {
+func (f *VG) Run(ctx context.Context, name string, args ...string) (string, error) {
 	f.mu.Lock()
 	before := f.before
 	f.mu.Unlock()
 	if before != nil {
-		before(name)
+		if err := before(ctx, name); err != nil {
+			return "", err
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.Calls = append(f.Calls, name+" "+strings.Join(args, " "))
-	if err := f.Fail[name]; err != nil {
-		return "", err
+	call := name + " " + strings.Join(args, " ")
+	f.Calls = append(f.Calls, call)
+	for key, err := range f.Fail {
+		if err != nil && (key == name || strings.Contains(key, " ") && strings.HasPrefix(call, key)) {
+			return "", err
+		}
 	}
+	return f.run(name, args)
+}
+
+func (f *VG) run(name string, args []string) (string, error) {
 	flag := func(n string) string {
 		for i, a := range args {
 			if a == n && i+1 < len(args) {
@@ -88,10 +219,14 @@ func (f *VG) Run(_ context.Context, name string, args ...string) (string, error)
 		}
 		return ""
 	}
+	has := func(n string) bool { return slices.Contains(args, n) }
 	size := func() int64 {
 		var n int64
 		fmt.Sscanf(strings.TrimSuffix(flag("--size"), "b"), "%d", &n)
 		return n
+	}
+	notFound := func(lvName string) error {
+		return fmt.Errorf("%s: exit status 5: Failed to find logical volume \"%s/%s\"", name, Name, lvName)
 	}
 	last := args[len(args)-1]
 	lvName := last[strings.Index(last, "/")+1:]
@@ -106,35 +241,105 @@ func (f *VG) Run(_ context.Context, name string, args ...string) (string, error)
 	case "lvs":
 		var rows []string
 		for n, lv := range f.LVs {
-			rows = append(rows, fmt.Sprintf(`{"lv_name":%q,"lv_size":"%d","lv_tags":%q,"lv_time":"2026-11-29 23:40:01 +0000"}`, n, lv.Size, strings.Join(lv.Tags, ",")))
+			rows = append(rows, fmt.Sprintf(`{"lv_name":%q,"lv_size":"%d","lv_tags":%q,"lv_time":"2026-11-29 23:40:01 +0000","origin":%q}`, n, lv.Size, strings.Join(lv.Tags, ","), lv.Origin))
 		}
 		return `{"report":[{"lv":[` + strings.Join(rows, ",") + `]}]}`, nil
 	case "lvcreate":
-		if size() > f.Free {
-			//lint:ignore ST1005 lvm2's own message, which the backend parses
-			return "", fmt.Errorf("lvcreate: exit status 5: Volume group %q has insufficient free space (1 extents): 25 required.", Name)
+		newName := flag("--name")
+		if f.LVs[newName] != nil {
+			return "", fmt.Errorf("lvcreate: exit status 5: Logical Volume %q already exists in volume group %q", newName, Name)
 		}
-		lv := &LV{Size: size()}
+		lv := &LV{}
+		if snap := flag("--snapshot"); snap != "" {
+			lv.Origin = snap[strings.Index(snap, "/")+1:]
+			if f.LVs[lv.Origin] == nil {
+				return "", fmt.Errorf("lvcreate: exit status 5: Snapshot origin LV %s not found in Volume group %s.", lv.Origin, Name)
+			}
+		}
+		if !f.grow(lv, size()) {
+			//lint:ignore ST1005 lvm2's own message, which the backend parses
+			return "", fmt.Errorf("lvcreate: exit status 5: Volume group %q has insufficient free space (%d extents): %d required.", Name, f.freeExtents(), extents(size()))
+		}
 		for i, a := range args {
 			if a == "--addtag" {
 				lv.Tags = append(lv.Tags, args[i+1])
 			}
 		}
-		f.LVs[flag("--name")] = lv
-		f.Free -= lv.Size
+		if lv.Origin != "" {
+			// What the copy-on-write area holds once the origin is written.
+			data := f.read(f.LVs[lv.Origin])
+			f.write(lv, 0, data[:min(int64(len(data)), lv.Size)])
+		}
+		f.LVs[newName] = lv
 	case "dd":
-		// The copy from one LV to another: both must exist.
+		// The copy from one LV to another: both must be active.
+		var from, to *LV
 		for _, a := range args {
 			op, dev, _ := strings.Cut(a, "=")
-			if (op == "if" || op == "of") && f.LVs[path.Base(dev)] == nil {
+			if op != "if" && op != "of" {
+				continue
+			}
+			v := f.LVs[path.Base(dev)]
+			if v == nil || v.Inactive {
 				return "", fmt.Errorf("dd: failed to open '%s': No such file or directory", dev)
 			}
+			if op == "if" {
+				from = v
+			} else {
+				to = v
+			}
 		}
-	case "lvchange", "lvextend", "lvremove":
+		if from != nil && to != nil {
+			data := f.read(from)
+			f.write(to, 0, data[:min(int64(len(data)), to.Size)])
+		}
+	case "blkdiscard":
+		// Only --zeroout is sure to zero; what a plain discard leaves
+		// depends on the device, so the fake leaves the data.
+		v := f.LVs[path.Base(last)]
+		if v == nil || v.Inactive || path.Dir(last) != "/dev/"+Name {
+			return "", fmt.Errorf("blkdiscard: cannot open %s: No such file or directory", last)
+		}
+		if has("--zeroout") || has("-z") {
+			for _, e := range v.extents {
+				f.data[e] = nil
+			}
+		}
+	case "lvrename":
+		from, to := args[len(args)-2], lvName
+		from = from[strings.Index(from, "/")+1:]
+		v := f.LVs[from]
+		if v == nil {
+			return "", fmt.Errorf("lvrename: exit status 5: Existing logical volume \"%s\" not found in volume group \"%s\"", from, Name)
+		}
+		if lv != nil {
+			return "", fmt.Errorf("lvrename: exit status 5: Logical Volume \"%s\" already exists in volume group \"%s\"", to, Name)
+		}
+		delete(f.LVs, from)
+		f.LVs[to] = v
+		for _, s := range f.LVs {
+			if s.Origin == from {
+				s.Origin = to
+			}
+		}
+	case "lvconvert", "lvchange", "lvextend", "lvremove":
 		if lv == nil {
-			return "", fmt.Errorf("%s: exit status 5: Failed to find logical volume \"%s/%s\"", name, Name, lvName)
+			return "", notFound(lvName)
 		}
 		switch name {
+		case "lvconvert":
+			if !has("--splitsnapshot") {
+				return "", fmt.Errorf("lvconvert: the fake knows only --splitsnapshot: %q", args)
+			}
+			if lv.Origin == "" {
+				return "", fmt.Errorf("lvconvert: exit status 5: %s/%s is not a snapshot.", Name, lvName)
+			}
+			if !lv.Inactive && !has("--yes") {
+				// lvm2 asks first, and reads no answer from a driver.
+				return "", fmt.Errorf("lvconvert: exit status 5: Do you really want to split off active logical volume %s/%s? [y/n]: [n]\n  Logical volume %s/%s not split.", Name, lvName, Name, lvName)
+			}
+			// The split-off LV keeps the copy-on-write extents as they are.
+			lv.Origin = ""
 		case "lvchange":
 			for i := 0; i+1 < len(args); i++ {
 				switch args[i] {
@@ -142,19 +347,93 @@ func (f *VG) Run(_ context.Context, name string, args ...string) (string, error)
 					lv.Tags = slices.DeleteFunc(lv.Tags, func(tag string) bool { return tag == args[i+1] })
 				case "--addtag":
 					lv.Tags = append(lv.Tags, args[i+1])
+				case "--activate":
+					lv.Inactive = args[i+1] == "n"
 				}
 			}
 		case "lvextend":
-			if size()-lv.Size > f.Free {
+			if !f.grow(lv, size()) {
 				//lint:ignore ST1005 lvm2's own message, which the backend parses
-				return "", fmt.Errorf("Insufficient free space: 100 extents needed, but only 1 available")
+				return "", fmt.Errorf("Insufficient free space: %d extents needed, but only %d available", extents(size())-len(lv.extents), f.freeExtents())
 			}
-			f.Free -= size() - lv.Size
-			lv.Size = size()
 		case "lvremove":
-			f.Free += lv.Size
-			delete(f.LVs, lvName)
+			// With --yes lvm2 removes an origin's snapshots with it.
+			var gone []string
+			for n, s := range f.LVs {
+				if s.Origin == lvName {
+					gone = append(gone, n)
+				}
+			}
+			sort.Strings(gone)
+			for _, n := range append(gone, lvName) {
+				f.release(f.LVs[n])
+				delete(f.LVs, n)
+			}
 		}
 	}
 	return "", nil
+}
+
+// extents is the number of extents size bytes take, rounded up.
+func extents(size int64) int {
+	return int((size + ExtentSize - 1) / ExtentSize)
+}
+
+func (f *VG) freeExtents() int {
+	n := 0
+	for _, u := range f.used {
+		if !u {
+			n++
+		}
+	}
+	return n
+}
+
+// grow gives lv the lowest free extents until it holds size bytes, leaving
+// what they hold. It is false, and lv unchanged, when there are too few.
+func (f *VG) grow(lv *LV, size int64) bool {
+	need := extents(size) - len(lv.extents)
+	if need > f.freeExtents() {
+		return false
+	}
+	for e := 0; need > 0; e++ {
+		if !f.used[e] {
+			f.used[e] = true
+			lv.extents = append(lv.extents, e)
+			need--
+		}
+	}
+	lv.Size = max(lv.Size, int64(len(lv.extents))*ExtentSize)
+	f.Free = int64(f.freeExtents()) * ExtentSize
+	return true
+}
+
+// release frees lv's extents without zeroing them, as lvremove does.
+func (f *VG) release(lv *LV) {
+	for _, e := range lv.extents {
+		f.used[e] = false
+	}
+	lv.extents = nil
+	f.Free = int64(f.freeExtents()) * ExtentSize
+}
+
+func (f *VG) read(lv *LV) []byte {
+	out := make([]byte, int64(len(lv.extents))*ExtentSize)
+	for i, e := range lv.extents {
+		if f.data[e] != nil {
+			copy(out[int64(i)*ExtentSize:], f.data[e])
+		}
+	}
+	return out
+}
+
+func (f *VG) write(lv *LV, off int64, data []byte) {
+	for len(data) > 0 {
+		e, at := lv.extents[off/ExtentSize], off%ExtentSize
+		if f.data[e] == nil {
+			f.data[e] = make([]byte, ExtentSize)
+		}
+		n := copy(f.data[e][at:], data)
+		data, off = data[n:], off+int64(n)
+	}
 }

@@ -1,0 +1,129 @@
+package fakelvm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestData: the fake keeps data as lvm2 does on a disk. lvremove leaves
+// the freed extents' data for the next LV, blkdiscard --zeroout zeroes an
+// LV, a snapshot holds its origin's data and keeps it once split off.
+func TestData(t *testing.T) {
+	ctx := context.Background()
+	vg := New(5 * ExtentSize)
+	run := func(name string, args ...string) {
+		t.Helper()
+		if _, err := vg.Run(ctx, name, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(name string) []byte {
+		t.Helper()
+		b, err := vg.ReadLV(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	pattern := bytes.Repeat([]byte("secret"), 1000)
+	run("lvcreate", "--yes", "--name", "a", "--size", "8388608b", Name)
+	run("lvcreate", "--yes", "--name", "b", "--size", "4194304b", Name)
+	if err := vg.WriteLV("a", ExtentSize-3, pattern); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("a"); !bytes.Equal(got[ExtentSize-3:ExtentSize-3+len(pattern)], pattern) {
+		t.Error("a does not read back what was written across its extents")
+	}
+	run("lvcreate", "--yes", "--name", "s", "--size", "8388608b", "--snapshot", Name+"/a")
+	if !bytes.Equal(read("s"), read("a")) || vg.LVs["s"].Origin != "a" {
+		t.Error("a snapshot does not hold its origin's data")
+	}
+	run("lvremove", "--yes", Name+"/a")
+	if vg.Free != 4*ExtentSize || len(vg.LVs) != 1 {
+		t.Errorf("removing an origin: free %d, LVs %v; want its snapshot removed with it", vg.Free, vg.LVs)
+	}
+	run("lvextend", "--size", "12582912b", Name+"/b")
+	if got := vg.Extents("b"); !slices.Equal(got, []int{2, 0, 1}) {
+		t.Errorf("b extended onto extents %v, want the lowest free ones", got)
+	}
+	if !bytes.Contains(read("b"), pattern[:100]) {
+		t.Error("the extents a left hold no data any more: lvremove must not zero")
+	}
+	run("blkdiscard", "/dev/"+Name+"/b")
+	if !bytes.Contains(read("b"), pattern[:100]) {
+		t.Error("a plain discard zeroed the data: only --zeroout is sure to")
+	}
+	run("blkdiscard", "--zeroout", "/dev/"+Name+"/b")
+	if bytes.ContainsFunc(read("b"), func(r rune) bool { return r != 0 }) {
+		t.Error("blkdiscard --zeroout left data")
+	}
+
+	run("lvcreate", "--yes", "--name", "c", "--size", "4194304b", Name)
+	if err := vg.WriteLV("c", 0, pattern); err != nil {
+		t.Fatal(err)
+	}
+	run("lvcreate", "--yes", "--name", "sc", "--size", "4194304b", "--snapshot", Name+"/c")
+	if _, err := vg.Run(ctx, "lvconvert", "--splitsnapshot", Name+"/sc"); err == nil {
+		t.Error("split an active snapshot without --yes")
+	}
+	run("lvrename", Name+"/sc", Name+"/w")
+	run("lvconvert", "--yes", "--splitsnapshot", Name+"/w")
+	if vg.LVs["w"].Origin != "" || !bytes.HasPrefix(read("w"), pattern) {
+		t.Errorf("split-off LV: origin %q, want none and the copy-on-write data kept", vg.LVs["w"].Origin)
+	}
+	if _, err := vg.Run(ctx, "lvconvert", "--yes", "--splitsnapshot", Name+"/w"); err == nil || !strings.Contains(err.Error(), "is not a snapshot") {
+		t.Errorf("splitting a plain LV: %v", err)
+	}
+	if _, err := vg.Run(ctx, "lvrename", Name+"/c", Name+"/b"); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("renaming onto an existing LV: %v", err)
+	}
+	run("lvchange", "--activate", "n", Name+"/c")
+	if _, err := vg.Run(ctx, "blkdiscard", "--zeroout", "/dev/"+Name+"/c"); err == nil {
+		t.Error("blkdiscard opened an inactive LV")
+	}
+	if _, err := vg.Run(ctx, "lvcreate", "--yes", "--name", "big", "--size", "8388608b", Name); !strings.Contains(err.Error(), "insufficient free space") {
+		t.Errorf("lvcreate beyond the free space: %v", err)
+	}
+}
+
+// TestFail: a key with arguments fails only the commands it starts.
+func TestFail(t *testing.T) {
+	ctx := context.Background()
+	vg := New(4 * ExtentSize)
+	vg.Create("a", ExtentSize)
+	boom := errors.New("boom")
+	vg.Fail["lvchange --deltag"] = boom
+	if _, err := vg.Run(ctx, "lvchange", "--activate", "y", Name+"/a"); err != nil {
+		t.Errorf("activation failed: %v", err)
+	}
+	if _, err := vg.Run(ctx, "lvchange", "--deltag", "x", Name+"/a"); !errors.Is(err, boom) {
+		t.Errorf("tag change: %v, want %v", err, boom)
+	}
+}
+
+// TestHoldEndsWithContext: a held command whose context ends returns, as
+// a killed process does, without running.
+func TestHoldEndsWithContext(t *testing.T) {
+	vg := New(4 * ExtentSize)
+	vg.Create("a", ExtentSize)
+	paused, resume := vg.Hold("lvremove")
+	defer resume()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, err := vg.Run(ctx, "lvremove", "--yes", Name+"/a")
+		done <- err
+	}()
+	<-paused
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("held lvremove after its context ended: %v", err)
+	}
+	if vg.LVs["a"] == nil {
+		t.Error("the held lvremove ran")
+	}
+}
