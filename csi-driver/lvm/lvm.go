@@ -124,22 +124,25 @@ type LV struct {
 	Tags      []string
 	// Time is when the LV was created; zero when lvs gave none it reads.
 	Time time.Time
+	// Origin is the LV a snapshot is of, "" for other LVs.
+	Origin string
 }
 
 type lvsReport struct {
 	Report []struct {
 		LV []struct {
-			Name string `json:"lv_name"`
-			Size string `json:"lv_size"`
-			Tags string `json:"lv_tags"`
-			Time string `json:"lv_time"`
+			Name   string `json:"lv_name"`
+			Size   string `json:"lv_size"`
+			Tags   string `json:"lv_tags"`
+			Time   string `json:"lv_time"`
+			Origin string `json:"origin"`
 		} `json:"lv"`
 	} `json:"report"`
 }
 
 // ListLVs runs lvs for the volume group vg.
 func ListLVs(ctx context.Context, run Runner, vg string) ([]LV, error) {
-	out, err := run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time", vg)
+	out, err := run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time,origin", vg)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +162,7 @@ func ParseLVs(out string) ([]LV, error) {
 			if err != nil {
 				return nil, fmt.Errorf("parsing lv_size %q of %s: %w", raw.Size, raw.Name, err)
 			}
-			v := LV{Name: raw.Name, SizeBytes: size}
+			v := LV{Name: raw.Name, SizeBytes: size, Origin: raw.Origin}
 			if raw.Tags != "" {
 				v.Tags = strings.Split(raw.Tags, ",")
 			}
