@@ -12,6 +12,7 @@ import (
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/lvm"
+	"k8s.io/klog/v2"
 )
 
 // LVM keeps each volume as a logical volume of one volume group. It runs
@@ -32,6 +33,8 @@ type LVM struct {
 	// on this group's while this backend serves it.
 	lockDir string
 	lock    serveLock
+	// wiper zeroes and removes deleted LVs (lvm_wipe.go).
+	wiper *wiper
 }
 
 var _ Backend = &LVM{}
@@ -41,7 +44,8 @@ var _ Backend = &LVM{}
 // node's directory for the lock of each volume group a driver serves
 // (lockVG): every driver on the node must see it as the same directory.
 func NewLVM(vg, device string, allowInitialize bool, reserved int64, run lvm.Runner, lockDir string) *LVM {
-	l := &LVM{vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: lvm.DeviceMapperControl, lockDir: lockDir}
+	l := &LVM{vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: lvm.DeviceMapperControl, lockDir: lockDir,
+		wiper: newWiper()}
 	l.reserved.Store(reserved)
 	return l
 }
@@ -52,8 +56,13 @@ func (l *LVM) SetReserved(bytes int64) { l.reserved.Store(bytes) }
 // Kind implements Backend.
 func (l *LVM) Kind() v1alpha1.Backend { return v1alpha1.BackendLVM }
 
-// Close implements Backend: it releases the volume group's lock (lockVG).
-func (l *LVM) Close() error { return l.lock.release() }
+// Close implements Backend: it stops the wiper, killing a wipe in progress
+// (the next Start resumes it), and releases the volume group's lock
+// (lockVG).
+func (l *LVM) Close() error {
+	l.wiper.stop()
+	return l.lock.release()
+}
 
 // lockVG takes the volume group (serveLock) until Close. The lock is a
 // file of the group's name in lockDir, a directory of the node that every
@@ -73,9 +82,10 @@ func (l *LVM) lockVG() error {
 }
 
 // Start implements Backend: it takes the volume group (lockVG), creates
-// it when allowed and missing, and removes the LVs of creations that did
-// not finish (tagged creating). A Start that fails lets go of the group
-// again.
+// it when allowed and missing, removes the LVs of creations that did not
+// finish (tagged creating), and starts the wiper, which also wipes what an
+// earlier driver deleted and did not wipe yet. A Start that fails lets go
+// of the group again.
 func (l *LVM) Start(ctx context.Context) (err error) {
 	if err := l.lockVG(); err != nil {
 		return err
@@ -105,13 +115,19 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	pending := false
 	for _, lv := range lvs {
-		if lv.state != StateReady {
-			if _, err := l.run.Run(ctx, "lvremove", "--yes", l.vg+"/"+lv.name); err != nil {
+		switch {
+		case strings.HasPrefix(lv.name, wipePrefix):
+			pending = true
+		case lv.state != StateReady:
+			if err := l.discard(ctx, lv.name); err != nil {
 				return fmt.Errorf("rolling back interrupted operation: %w", err)
 			}
+			pending = true
 		}
 	}
+	l.wiper.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeGroup", l.vg)), l.wipeAll, pending)
 	return nil
 }
 
@@ -269,7 +285,8 @@ func (l *LVM) markReady(ctx context.Context, name string) error {
 	return err
 }
 
-// removeLV removes an LV if it exists.
+// removeLV removes an LV if it exists. It is renamed for the wiper
+// (discard), which removes it once its data is zeroed.
 func (l *LVM) removeLV(ctx context.Context, name string) error {
 	lvs, err := l.lvs(ctx)
 	if err != nil {
@@ -277,8 +294,7 @@ func (l *LVM) removeLV(ctx context.Context, name string) error {
 	}
 	for _, v := range lvs {
 		if v.name == name {
-			_, err := l.run.Run(ctx, "lvremove", "--yes", l.vg+"/"+name)
-			return err
+			return l.discard(ctx, name)
 		}
 	}
 	return nil

@@ -27,6 +27,9 @@ const (
 	tagUnreferencedSince = tagPrefix + "unreferenced-since="
 	volumePrefix         = "v-"
 	snapPrefix           = "s-"
+	// wipePrefix names an LV that is deleted and waits to be wiped
+	// (lvm_wipe.go); it keeps its tags.
+	wipePrefix = "w-"
 )
 
 // lv is one logical volume as lvs reports it, tags decoded.
@@ -41,6 +44,8 @@ type lv struct {
 	createdAt time.Time
 	content   Content
 	refs      Refs
+	// origin is the LV a snapshot is of, "" once split off or for a volume.
+	origin string
 }
 
 // decodeLVs keeps diskfit's LVs of an lvs report (those with a name tag),
@@ -61,7 +66,7 @@ func decodeLVs(raws []lvm.LV) ([]lv, error) {
 
 // decodeLV reads the tags of one LV; ok is false when it has no name tag.
 func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
-	v := lv{name: raw.Name, size: raw.SizeBytes, createdAt: raw.Time}
+	v := lv{name: raw.Name, size: raw.SizeBytes, createdAt: raw.Time, origin: raw.Origin}
 	for _, tag := range raw.Tags {
 		switch {
 		case strings.HasPrefix(tag, tagName):

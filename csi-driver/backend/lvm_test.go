@@ -103,22 +103,30 @@ func TestLVMLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitWiped(t, run)
 	if len(run.LVs) != 0 {
 		t.Errorf("LVs left: %v", run.LVs)
 	}
 }
 
 // TestLVMRecovery leaves an LV tagged "creating" (a crash before it was
-// marked ready) and an LV that is not diskfit's, and restarts.
+// marked ready, its data maybe copied already) and an LV that is not
+// diskfit's, and restarts. The half-made LV is wiped and removed.
 func TestLVMRecovery(t *testing.T) {
 	run := fakelvm.New(1 << 30)
 	run.Create("v-half", 4*mi, tagName+"aGFsZg", tagState+"creating")
 	run.Create("v-done", 4*mi, tagName+"ZG9uZQ", tagState+"ready")
 	run.Create("root", 4*mi)
+	half := run.Extents("v-half")
+	fill(t, run, "v-half")
 	l := newLVM(t, run, true)
+	waitWiped(t, run)
 	if _, ok := run.LVs["v-half"]; ok {
 		t.Error("half-made LV survived the restart")
 	}
+	createVolume(t, l, "new", 4*mi)
+	wantReused(t, run, "v-new", half)
+	wantZero(t, run, "v-new")
 	if _, ok := run.LVs["root"]; !ok {
 		t.Error("an LV that is not diskfit's was removed")
 	}
