@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -92,17 +91,9 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		if vol.Name != req.GetName() || !sizeFits(vol.SizeBytes, req.GetCapacityRange()) || !sameSource(dk, vol, req.GetVolumeContentSource()) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with size %d bytes and another size or source than requested", req.GetName(), vol.SizeBytes)
 		}
-		// The provisioner asks again because it has no PV yet and will make
-		// one: the time without a PV starts over, so that no sweep removes
-		// the volume it is about to get.
-		if !vol.UnreferencedSince.IsZero() {
-			err := d.changeRefs(ctx, d.volumeRefs(), dk, key, func(r backend.Refs) backend.Refs {
-				r.UnreferencedSince = time.Time{}
-				return r
-			})
-			if err != nil {
-				return nil, toStatus(fmt.Errorf("volume %q: %w", req.GetName(), err))
-			}
+		// The provisioner asks again because it has no PV yet and will make one.
+		if err := d.referenceComing(ctx, d.volumeRefs(), dk, key, vol.Refs); err != nil {
+			return nil, toStatus(fmt.Errorf("volume %q: %w", req.GetName(), err))
 		}
 		return &csi.CreateVolumeResponse{Volume: d.csiVolume(dk, vol, req.GetVolumeContentSource())}, nil
 	}

@@ -216,6 +216,21 @@ func (d *Driver) updateRefs(ctx context.Context, kind refKind, it swept, change 
 	}
 }
 
+// referenceComing starts an item's time without a reference over when a
+// sidecar's idempotent retry of CreateVolume or CreateSnapshot returned it:
+// the sidecar has no API object naming it yet (PV, or the handle in a
+// VolumeSnapshotContent's status) and is about to make one, so no sweep
+// may remove what it was just given.
+func (d *Driver) referenceComing(ctx context.Context, kind refKind, dk *disk, key string, refs backend.Refs) error {
+	if refs.UnreferencedSince.IsZero() {
+		return nil
+	}
+	return d.changeRefs(ctx, kind, dk, key, func(r backend.Refs) backend.Refs {
+		r.UnreferencedSince = time.Time{}
+		return r
+	})
+}
+
 // changeRefs is updateRefs for a caller that holds the lock.
 func (d *Driver) changeRefs(ctx context.Context, kind refKind, dk *disk, key string, change func(backend.Refs) backend.Refs) error {
 	_, cur, err := kind.get(ctx, dk, key)

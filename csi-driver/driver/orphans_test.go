@@ -390,3 +390,62 @@ func TestSweepKeepsWhatCreateVolumeJustReturned(t *testing.T) {
 		t.Errorf("CreateVolume just answered success for %s, and the sweep then removed it: %v", vol.VolumeId, err)
 	}
 }
+
+// snapshotRaceFinder finds no VolumeSnapshotContent for any snapshot and
+// runs afterList each time it is asked: a snapshotter's retry landing
+// between the sweep's lists and the removal.
+type snapshotRaceFinder struct {
+	afterList func()
+}
+
+func (f *snapshotRaceFinder) VolumesWithoutPV(context.Context, []string, bool) ([]string, error) {
+	return nil, nil
+}
+
+func (f *snapshotRaceFinder) SnapshotsWithoutContent(_ context.Context, ids []string) ([]string, error) {
+	if f.afterList != nil {
+		f.afterList()
+	}
+	return ids, nil
+}
+
+func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int { return nil }
+
+// A snapshot whose CreateSnapshot (an idempotent retry of a snapshotter
+// that could not record the snapshot's handle for a while) succeeds during
+// a sweep that found no VolumeSnapshotContent for it is kept: the
+// snapshotter is about to record the handle it was just given, and the
+// VolumeSnapshot will say ready.
+func TestSweepKeepsWhatCreateSnapshotJustReturned(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: 1 << 30}}, nil)
+	vol := e.mustCreate(t, createReq("pvc-src", 64<<20))
+	req := &csi.CreateSnapshotRequest{Name: "snapshot-slow", SourceVolumeId: vol.VolumeId}
+	snap, err := e.d.CreateSnapshot(e.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finder := &snapshotRaceFinder{}
+	e.d.cfg.Orphans = finder
+	e.d.cfg.OrphanGracePeriod = time.Minute
+	first := time.Now()
+	e.d.now = func() time.Time { return first }
+	e.d.sweepOrphans(e.ctx) // found without a VolumeSnapshotContent
+	retried := 0
+	finder.afterList = func() {
+		if _, err := e.d.CreateSnapshot(e.ctx, req); err != nil {
+			t.Errorf("retry: %v", err)
+		}
+		retried++
+	}
+	e.d.now = func() time.Time { return first.Add(2 * time.Minute) }
+	e.d.sweepOrphans(e.ctx)
+	if retried == 0 {
+		t.Fatal("the sweep did not ask about the snapshot")
+	}
+	restore := createReq("pvc-restored", 64<<20)
+	restore.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
+	if _, err := e.d.CreateVolume(e.ctx, restore); err != nil {
+		t.Errorf("CreateSnapshot just answered ready for %s, and the sweep then removed it: restoring it: %v", snap.Snapshot.SnapshotId, err)
+	}
+}

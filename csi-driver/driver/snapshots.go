@@ -43,6 +43,11 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		if other != dk || snap.SourceVolume != srcKey || snap.Name != req.GetName() {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for another source volume", req.GetName())
 		}
+		// The snapshotter asks again because it has not recorded the
+		// snapshot's handle yet and will.
+		if err := d.referenceComing(ctx, d.snapshotRefs(), dk, key, snap.Refs); err != nil {
+			return nil, toStatus(fmt.Errorf("snapshot %q: %w", req.GetName(), err))
+		}
 		return &csi.CreateSnapshotResponse{Snapshot: d.csiSnapshot(dk, snap)}, nil
 	}
 	if _, err := dk.backend.GetVolume(ctx, srcKey); err != nil {
