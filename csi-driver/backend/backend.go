@@ -214,8 +214,12 @@ type Backend interface {
 	// VolumeHealth returns nil when the volume's data is reachable.
 	VolumeHealth(ctx context.Context, key string) error
 	// Attach makes the volume a block device on this node and returns its
-	// path; attaching an attached volume returns the same device.
-	Attach(ctx context.Context, key string) (string, error)
+	// path; attaching an attached volume returns the same device. A
+	// read-only device refuses every write. An attached volume whose
+	// device is read-only where read-write is asked for, or the other way
+	// round, is ErrInUse where the setting cannot change while it is
+	// attached.
+	Attach(ctx context.Context, key string, readOnly bool) (string, error)
 	// Device returns the volume's block device, or "" when not attached.
 	Device(ctx context.Context, key string) (string, error)
 	// Detach undoes Attach; a detached volume is not an error.

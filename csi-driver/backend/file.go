@@ -607,12 +607,15 @@ func (f *File) VolumeHealth(ctx context.Context, key string) error {
 // An attachment that outlived an interrupted expansion is refreshed to the
 // recorded size, so what is staged on it (an ext4 grown offline at stage)
 // sees the size the volume was grown to.
-func (f *File) Attach(ctx context.Context, key string) (string, error) {
+func (f *File) Attach(ctx context.Context, key string, readOnly bool) (string, error) {
 	vol, err := f.GetVolume(ctx, key)
 	if err != nil {
 		return "", err
 	}
-	dev, err := loop.Attach(ctx, f.loopFile(key))
+	dev, err := loop.Attach(ctx, f.loopFile(key), readOnly)
+	if errors.Is(err, loop.ErrReadOnlyDiffers) {
+		return "", fmt.Errorf("%w: %w; an earlier stage of the volume on this node must be unstaged first", ErrInUse, err)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -105,7 +105,7 @@ func TestFileCreateDeleteExpand(t *testing.T) {
 	if blank, err := f.Blank(ctx, "v1"); err != nil || !blank {
 		t.Errorf("fresh volume blank = %v, %v", blank, err)
 	}
-	dev, err := f.Attach(ctx, "v1")
+	dev, err := f.Attach(ctx, "v1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestFileCreateDeleteExpand(t *testing.T) {
 	if blank, err := f.Blank(ctx, "v1"); err != nil || blank {
 		t.Errorf("written volume blank = %v, %v", blank, err)
 	}
-	if again, _ := f.Attach(ctx, "v1"); again != dev {
+	if again, _ := f.Attach(ctx, "v1", false); again != dev {
 		t.Errorf("second attach gave %s, first %s", again, dev)
 	}
 	if dio, err := loop.DirectIO(dev); err != nil || !dio {
@@ -219,7 +219,7 @@ func TestFileFinishesInterruptedExpand(t *testing.T) {
 	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := f.Attach(ctx, "v")
+	dev, err := f.Attach(ctx, "v", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestFileFinishesInterruptedExpand(t *testing.T) {
 		redo func() error
 	}{
 		{"retried expansion", 128 * mi, func() error { _, err := f.ExpandVolume(ctx, "v", 128*mi); return err }},
-		{"attach", 192 * mi, func() error { _, err := f.Attach(ctx, "v"); return err }},
+		{"attach", 192 * mi, func() error { _, err := f.Attach(ctx, "v", false); return err }},
 	} {
 		// What ExpandVolume does before losetup -c.
 		vol, err := f.GetVolume(ctx, "v")

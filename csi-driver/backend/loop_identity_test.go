@@ -50,7 +50,7 @@ func TestStateDirectoryOnItsOwnDevice(t *testing.T) {
 	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := f.Attach(ctx, "v")
+	dev, err := f.Attach(ctx, "v", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestBackupCopyOnTheSameDiskIsNotTheVolume(t *testing.T) {
 	if found, err := f.Device(ctx, "v"); err != nil || found != "" {
 		t.Errorf("Device of volume v, never attached: %q, %v, want none (%s serves the backup %s)", found, err, admin, copyFile)
 	}
-	dev, err := f.Attach(ctx, "v")
+	dev, err := f.Attach(ctx, "v", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -371,15 +371,25 @@ func (l *LVM) VolumeHealth(ctx context.Context, key string) error {
 	return err
 }
 
-// Attach implements Backend.
-func (l *LVM) Attach(ctx context.Context, key string) (string, error) {
+// Attach implements Backend. The device of an active LV is set read-only
+// or read-write as asked (BLKROSET, which lasts until the LV is
+// deactivated): an LV has one device, whoever asked last sets it.
+func (l *LVM) Attach(ctx context.Context, key string, readOnly bool) (string, error) {
 	if _, err := l.GetVolume(ctx, key); err != nil {
 		return "", err
 	}
 	if _, err := l.run.Run(ctx, "lvchange", "--activate", "y", l.vg+"/"+volumePrefix+key); err != nil {
 		return "", err
 	}
-	return l.lvPath(volumePrefix + key), nil
+	path := l.lvPath(volumePrefix + key)
+	setting := "--setrw"
+	if readOnly {
+		setting = "--setro"
+	}
+	if _, err := l.run.Run(ctx, "blockdev", setting, path); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // Device implements Backend.

@@ -81,9 +81,19 @@ func TestLVMLifecycle(t *testing.T) {
 	if len(vols) != 1 || len(snaps) != 1 || snaps[0].SourceVolume != "k1" {
 		t.Errorf("volumes %+v snapshots %+v", vols, snaps)
 	}
-	dev, err := l.Attach(ctx, "k1")
+	dev, err := l.Attach(ctx, "k1", false)
 	if err != nil || dev != "/dev/vg0/v-k1" {
 		t.Errorf("attach: %q, %v", dev, err)
+	}
+	// A read-only attachment makes the LV's device refuse writes, the next
+	// read-write one takes that back.
+	for _, readOnly := range []bool{true, false} {
+		if _, err := l.Attach(ctx, "k1", readOnly); err != nil {
+			t.Fatal(err)
+		}
+		if got := run.LVs["v-k1"].ReadOnly; got != readOnly {
+			t.Errorf("attached with readOnly %v: the device's read-only flag is %v", readOnly, got)
+		}
 	}
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "huge", Name: "huge", SizeBytes: 2 << 30}); !errors.Is(err, ErrNoSpace) {
 		t.Errorf("too big: %v, want ErrNoSpace", err)
@@ -231,7 +241,7 @@ func TestLVMReal(t *testing.T) {
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k1", Name: "k1", SizeBytes: 64 * mi}); err != nil {
 		t.Fatal(err)
 	}
-	path, err := l.Attach(ctx, "k1")
+	path, err := l.Attach(ctx, "k1", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -151,7 +151,7 @@ func TestStartNeverCutsBackBelowAnAttachedDevice(t *testing.T) {
 		if _, err := f.CreateVolume(ctx, CreateRequest{Key: key, Name: key, SizeBytes: 32 * mi}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.Attach(ctx, key); err != nil {
+		if _, err := f.Attach(ctx, key, false); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = f.Detach(ctx, key) })

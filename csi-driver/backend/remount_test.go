@@ -100,7 +100,7 @@ func attachedOnDiskTakenAway(t *testing.T) (f *File, p, dev, src string) {
 	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := f.Attach(ctx, "v")
+	dev, err := f.Attach(ctx, "v", false)
 	if err != nil {
 		t.Fatal(err)
 	}

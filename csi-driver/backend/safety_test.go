@@ -89,7 +89,7 @@ func TestFailedExpansionNeverCutsBelowAnAttachedDevice(t *testing.T) {
 	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 32 * mi}); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := f.Attach(ctx, "v")
+	dev, err := f.Attach(ctx, "v", false)
 	if err != nil {
 		t.Fatal(err)
 	}

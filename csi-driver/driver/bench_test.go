@@ -300,7 +300,7 @@ func BenchmarkThroughput(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dev, err := e.d.disk("bench").backend.Attach(e.ctx, strings.TrimPrefix(resp.Volume.VolumeId, "bench:"))
+	dev, err := e.d.disk("bench").backend.Attach(e.ctx, strings.TrimPrefix(resp.Volume.VolumeId, "bench:"), false)
 	if err != nil {
 		b.Fatal(err)
 	}

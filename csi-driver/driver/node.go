@@ -144,7 +144,12 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("looking for the device of volume %s: %w", req.GetVolumeId(), err))
 	}
-	dev, err := dk.backend.Attach(ctx, key)
+	// A reader-only Block volume is a read-only device: a read-only bind
+	// mount would not stop a pod from writing to the device node. (A
+	// Filesystem volume is mounted read-only instead; its device stays
+	// writable, as mounting an XFS that needs log recovery requires.)
+	mnt := req.GetVolumeCapability().GetMount()
+	dev, err := dk.backend.Attach(ctx, key, mnt == nil && readerOnly(req.GetVolumeCapability()))
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("attaching volume %s: %w", req.GetVolumeId(), err))
 	}
@@ -158,7 +163,6 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("volume %s: %w", req.GetVolumeId(), err))
 	}
-	mnt := req.GetVolumeCapability().GetMount()
 	if mnt == nil {
 		// Block: the device itself is published; nothing to mount. A pod
 		// may write anything to it from now on, so no later stage (as a

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,4 +72,55 @@ func TestReadOnlyStageWritesNothing(t *testing.T) {
 		t.Errorf("NodeExpandVolume after a writable stage: %v", err)
 	}
 	e.teardown(t, vol.VolumeId, staging)
+}
+
+// A Block volume staged SINGLE_NODE_READER_ONLY is a read-only device: a
+// pod that opens the published device for writing cannot change the volume
+// (a read-only bind mount does not stop writes to a device node, and the
+// kubelet gives the container its own node with write permission unless
+// the pod says readOnly). The next read-write stage writes again: the flag
+// belongs to that attachment, not to the loop device, which another volume
+// may get next.
+func TestReaderOnlyBlockVolumeIsReadOnly(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+	vol := e.createWith(t, "pvc-ro-block", 64*mi, blockCap())
+	data := dataPath(e.paths["xfs"], "pvc-ro-block")
+	write := func(device string) error {
+		f, err := os.OpenFile(device, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 4096), 0); err != nil {
+			return err
+		}
+		return f.Sync()
+	}
+
+	ro := blockCap()
+	ro.AccessMode.Mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
+	before := fileSum(t, data)
+	staging := e.stage(t, vol.VolumeId, ro)
+	reader, err := e.publish(t, vol.VolumeId, staging, "reader", ro, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(reader); err == nil {
+		t.Error("a pod wrote to a Block volume staged SINGLE_NODE_READER_ONLY")
+	}
+	e.teardownNode(t, vol.VolumeId, staging, reader)
+	if fileSum(t, data) != before {
+		t.Error("the reader-only Block volume changed")
+	}
+
+	rw := blockCap()
+	staging = e.stage(t, vol.VolumeId, rw)
+	writer, err := e.publish(t, vol.VolumeId, staging, "writer", rw, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(writer); err != nil {
+		t.Errorf("the read-write stage after a reader-only one: %v", err)
+	}
+	e.teardownNode(t, vol.VolumeId, staging, writer)
 }

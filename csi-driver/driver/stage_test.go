@@ -172,7 +172,7 @@ func TestStageFormatsTornFreshVolume(t *testing.T) {
 				key := strings.TrimPrefix(vol.VolumeId, "xfs:")
 				// What a stage killed during mkfs leaves: the volume
 				// attached, a filesystem partly written.
-				dev, err := dk.backend.Attach(e.ctx, key)
+				dev, err := dk.backend.Attach(e.ctx, key, false)
 				if err != nil {
 					t.Fatal(err)
 				}

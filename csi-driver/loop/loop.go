@@ -133,15 +133,29 @@ func readSmall(path string, buf []byte) (string, bool) {
 	return string(buf[:n]), true
 }
 
+// ErrReadOnlyDiffers is returned by Attach when file is attached already,
+// read-only where read-write was asked for or the other way round.
+var ErrReadOnlyDiffers = errors.New("attached already, with the other read-only setting")
+
 // Attach returns the loop device backed by file, attaching one with direct
 // I/O and 4096-byte sectors when there is none, so calling it again is
-// harmless.
-func Attach(ctx context.Context, file File) (string, error) {
+// harmless. A read-only device refuses every write; the setting belongs to
+// the attachment (LO_FLAGS_READ_ONLY), so the loop device is writable
+// again for the next file it serves, unlike a device made read-only with
+// BLKROSET.
+func Attach(ctx context.Context, file File, readOnly bool) (string, error) {
 	if dev, err := Find(ctx, file); err != nil || dev != "" {
-		if err == nil {
-			err = disableDiscard(dev)
+		if err != nil {
+			return "", err
 		}
-		return dev, err
+		info, err := loopStatus(dev)
+		if err != nil {
+			return "", err
+		}
+		if (info.Flags&unix.LO_FLAGS_READ_ONLY != 0) != readOnly {
+			return "", fmt.Errorf("%s on %s: %w", file, dev, ErrReadOnlyDiffers)
+		}
+		return dev, disableDiscard(dev)
 	}
 	// The sector size is pinned: with direct I/O the kernel otherwise
 	// derives it from the backing file's I/O alignment, which on XFS is
@@ -149,7 +163,11 @@ func Attach(ctx context.Context, file File) (string, error) {
 	// snapshot restore or clone), and a filesystem made with 4096-byte
 	// sectors cannot be mounted from a device with 512-byte ones, nor the
 	// other way round. 4096 satisfies every backing device's alignment.
-	out, err := run(ctx, "losetup", "--find", "--show", "--direct-io=on", "--sector-size", "4096", file.Path)
+	args := []string{"--find", "--show", "--direct-io=on", "--sector-size", "4096"}
+	if readOnly {
+		args = append(args, "--read-only")
+	}
+	out, err := run(ctx, "losetup", append(args, file.Path)...)
 	if err != nil {
 		return "", err
 	}

@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,12 +29,15 @@ func TestAttachFindRefreshDetach(t *testing.T) {
 	if dev, err := Find(ctx, file); err != nil || dev != "" {
 		t.Fatalf("before attaching: %q, %v", dev, err)
 	}
-	dev, err := Attach(ctx, file)
+	dev, err := Attach(ctx, file, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := Attach(ctx, file); err != nil || again != dev {
+	if again, err := Attach(ctx, file, false); err != nil || again != dev {
 		t.Errorf("second attach: %q, %v (first %q)", again, err, dev)
+	}
+	if _, err := Attach(ctx, file, true); !errors.Is(err, ErrReadOnlyDiffers) {
+		t.Errorf("read-only attach of a file attached read-write: %v, want ErrReadOnlyDiffers", err)
 	}
 	if found, err := Find(ctx, file); err != nil || found != dev {
 		t.Errorf("Find: %q, %v, want %q", found, err, dev)
@@ -86,7 +90,7 @@ func TestAttachedDeviceKeepsItsSpace(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	dev, err := Attach(ctx, file)
+	dev, err := Attach(ctx, file, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +155,7 @@ func TestFindAfterTheDiskIsMountedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dev, err := Attach(ctx, file)
+	dev, err := Attach(ctx, file, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +181,7 @@ func TestFindAfterTheDiskIsMountedAgain(t *testing.T) {
 			t.Errorf("FindAll(%s), a file never attached, %s: %q, %v, want none", other, when, found, err)
 		}
 	}
-	if again, err := Attach(ctx, file); err != nil || again != dev {
+	if again, err := Attach(ctx, file, false); err != nil || again != dev {
 		t.Errorf("Attach after the disk was mounted again: %q, %v, want the existing %s", again, err, dev)
 		if again != "" && again != dev {
 			_, _ = run(ctx, "losetup", "--detach", again)
@@ -204,7 +208,7 @@ func TestFindIsPerFilesystem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dev, err := Attach(ctx, a)
+	dev, err := Attach(ctx, a, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package fakelvm is a fake lvm2 for tests: an lvm.Runner that keeps one
 // volume group, vg0, in memory and answers vgs, lvs, lvcreate (volumes and
 // thick snapshots), lvchange, lvextend, lvrename, lvconvert
-// --splitsnapshot, lvremove, the LV copy (dd) and blkdiscard like lvm2 and
+// --splitsnapshot, lvremove, the LV copy (dd), blkdiscard and blockdev like lvm2 and
 // util-linux do, so the LVM backend's command building and report parsing
 // run against realistic output. It is a fake because the project's test
 // machines have no device-mapper, so real lvm2 cannot activate a logical
@@ -69,6 +69,9 @@ type LV struct {
 	// Inactive is an LV without a device node: dd and blkdiscard cannot
 	// open it. LVs are active when made, as lvcreate leaves them.
 	Inactive bool
+	// ReadOnly is an active LV whose device refuses writes (blockdev
+	// --setro); deactivating it ends that.
+	ReadOnly bool
 	// extents are the group's extents the LV maps, in order.
 	extents []int
 }
@@ -283,6 +286,9 @@ func (f *VG) run(name string, args []string) (string, error) {
 			if v == nil || v.Inactive {
 				return "", fmt.Errorf("dd: failed to open '%s': No such file or directory", dev)
 			}
+			if op == "of" && v.ReadOnly {
+				return "", fmt.Errorf("dd: failed to open '%s': Operation not permitted", dev)
+			}
 			if op == "if" {
 				from = v
 			} else {
@@ -300,10 +306,24 @@ func (f *VG) run(name string, args []string) (string, error) {
 		if v == nil || v.Inactive || path.Dir(last) != "/dev/"+Name {
 			return "", fmt.Errorf("blkdiscard: cannot open %s: No such file or directory", last)
 		}
+		if v.ReadOnly {
+			return "", fmt.Errorf("blkdiscard: cannot open %s: Operation not permitted", last)
+		}
 		if has("--zeroout") || has("-z") {
 			for _, e := range v.extents {
 				f.data[e] = nil
 			}
+		}
+	case "blockdev":
+		v := f.LVs[path.Base(last)]
+		if v == nil || v.Inactive || path.Dir(last) != "/dev/"+Name {
+			return "", fmt.Errorf("blockdev: cannot open %s: No such file or directory", last)
+		}
+		switch {
+		case has("--setro"):
+			v.ReadOnly = true
+		case has("--setrw"):
+			v.ReadOnly = false
 		}
 	case "lvrename":
 		from, to := args[len(args)-2], lvName
@@ -349,6 +369,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 					lv.Tags = append(lv.Tags, args[i+1])
 				case "--activate":
 					lv.Inactive = args[i+1] == "n"
+					lv.ReadOnly = lv.ReadOnly && !lv.Inactive
 				}
 			}
 		case "lvextend":
