@@ -27,7 +27,8 @@ func TestScore(t *testing.T) {
 		strategy config.ScoringStrategyType
 		want     map[string]int64
 	}{
-		{config.MostAllocated, map[string]int64{"full": 90, "empty": 20}},
+		// MostAllocated rates the bytes a disk has left (1Gi, 8Gi).
+		{config.MostAllocated, map[string]int64{"full": 94, "empty": 80}},
 		{config.LeastAllocated, map[string]int64{"full": 10, "empty": 80}},
 	}
 	for _, tc := range tests {
@@ -75,7 +76,7 @@ func TestScoreWithStorageCapacityScoring(t *testing.T) {
 	if status := env.pl.PreScore(env.ctx, state, pod, nodes); !status.IsSuccess() {
 		t.Fatalf("PreScore: %v", status)
 	}
-	for node, want := range map[string]int64{"full": 90, "empty": 20} {
+	for node, want := range map[string]int64{"full": 94, "empty": 80} {
 		got, status := env.pl.Score(env.ctx, state, pod, nodes[map[string]int{"full": 0, "empty": 1}[node]])
 		if !status.IsSuccess() {
 			t.Fatalf("Score: %v", status)

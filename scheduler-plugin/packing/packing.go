@@ -9,6 +9,7 @@ package packing
 
 import (
 	"cmp"
+	"math"
 	"slices"
 )
 
@@ -358,10 +359,12 @@ func (s *searcher) interchangeable(a, b int) bool {
 type Weigher func(deviceClass string) int64
 
 // Score rates a successful assignment from 0 (worst) to maxScore (best).
-// Each claim contributes the utilisation its disk will have once every
-// claim of the pod is placed, weighted by the claim's device class; for
-// MostAllocated a fuller disk scores higher, for LeastAllocated an emptier
-// one.
+// Each claim contributes a rating of its disk once every claim of the pod
+// is placed, weighted by the claim's device class. For MostAllocated the
+// rating is LeftoverScore of the bytes the disk has left, the measure the
+// disk choice within the node minimises, so nodes and disks are chosen
+// alike: the tightest hole wins whatever the disk's size. For
+// LeastAllocated it is 100 minus the disk's utilisation.
 func Score(disks []Disk, claims []Claim, assign []int, s Strategy, weigh Weigher, maxScore int64) int64 {
 	if len(claims) == 0 {
 		return 0
@@ -390,21 +393,43 @@ func Score(disks []Disk, claims []Claim, assign []int, s Strategy, weigh Weigher
 		if freeAfter < 0 {
 			freeAfter = 0
 		}
-		used := d.Capacity - freeAfter
-		if used > d.Capacity {
-			used = d.Capacity
-		}
-		// Scale before dividing so small volumes on large disks still
-		// register; capacities stay far below 2^63/maxScore.
-		util := used * maxScore / d.Capacity
+		var rating int64
 		if s == LeastAllocated {
-			util = maxScore - util
+			used := d.Capacity - freeAfter
+			if used > d.Capacity {
+				used = d.Capacity
+			}
+			// Scale before dividing so small volumes on large disks still
+			// register; capacities stay far below 2^63/maxScore.
+			rating = maxScore - used*maxScore/d.Capacity
+		} else {
+			rating = LeftoverScore(freeAfter, maxScore)
 		}
-		sum += util * w
+		sum += rating * w
 		weights += w
 	}
 	if weights == 0 {
 		return 0
 	}
 	return sum / weights
+}
+
+// leftoverOctaves is the number of doublings of the bytes left on a disk,
+// counted from 1 GiB, that take LeftoverScore from its maximum to 0: 64 TiB
+// or more left scores 0.
+const leftoverOctaves = 16
+
+// LeftoverScore rates a disk that has left bytes free after a placement:
+// maxScore when it is full, less by maxScore/leftoverOctaves each time
+// the leftover doubles, 0 from 64 TiB on. A logarithmic scale tells a 10Gi
+// leftover from a 100Gi one as clearly as 1Ti from 10Ti, so a small claim
+// goes to the tightest hole of the cluster and large holes stay whole for
+// large claims. Utilisation cannot: a half-empty 8Ti disk (4Ti left) rates
+// higher than a 512Gi disk with 200Gi left.
+func LeftoverScore(left, maxScore int64) int64 {
+	if left <= 0 {
+		return maxScore
+	}
+	octaves := math.Log2(1 + float64(left)/float64(1<<30))
+	return max(0, maxScore-int64(math.Round(octaves*float64(maxScore)/leftoverOctaves)))
 }

@@ -262,11 +262,11 @@ func TestScore(t *testing.T) {
 		want     int64
 	}{
 		{
-			name:     "MostAllocated: fills a 10Gi disk with 4Gi free to 90%",
+			name:     "MostAllocated: 1Gi left is one octave below the maximum",
 			disks:    []Disk{disk("a", 4*gi)},
 			claims:   claims(3 * gi),
 			strategy: MostAllocated,
-			want:     90,
+			want:     100 - 100/16,
 		},
 		{
 			name:     "LeastAllocated: the same placement scores the complement",
@@ -283,11 +283,12 @@ func TestScore(t *testing.T) {
 			want:     100,
 		},
 		{
-			name:     "two claims on one disk both see the final utilisation",
+			name:     "two claims on one disk both see what it has left",
 			disks:    []Disk{disk("a", 10*gi)},
 			claims:   claims(3*gi, 2*gi),
 			strategy: MostAllocated,
-			want:     50,
+			// 5Gi left: log2(6) octaves of 100/16.
+			want: 84,
 		},
 		{
 			name:     "weights by device class",
@@ -300,8 +301,9 @@ func TestScore(t *testing.T) {
 				}
 				return 1
 			},
-			// ssd disk: 20% used, weight 3; hdd disk: 100%, weight 1.
-			want: (20*3 + 100) / 4,
+			// ssd disk: 8Gi left (log2(9) octaves), weight 3; hdd disk:
+			// full, weight 1.
+			want: (80*3 + 100) / 4,
 		},
 	}
 	for _, tc := range tests {
@@ -314,6 +316,38 @@ func TestScore(t *testing.T) {
 				t.Errorf("Score() = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestScoreKeepsLargeHoles: a small claim scores higher in the tighter hole
+// of two nodes, even when that hole is on a small disk and the other on a
+// large disk that utilisation would call fuller. Taking 50Gi from the 8Ti
+// disk's 1Ti would leave it unable to hold a 1Ti claim.
+func TestScoreKeepsLargeHoles(t *testing.T) {
+	large := Disk{Name: "large", Capacity: 8 << 40, Free: 1 << 40, Healthy: true}
+	small := Disk{Name: "small", Capacity: 512 * gi, Free: 200 * gi, Healthy: true}
+	c := claims(50 * gi)
+	scoreOn := func(d Disk) int64 {
+		return Score([]Disk{d}, c, []int{0}, MostAllocated, nil, 100)
+	}
+	if l, s := scoreOn(large), scoreOn(small); l >= s {
+		t.Errorf("50Gi claim: 1Ti hole of an 8Ti disk scores %d, 200Gi hole of a 512Gi disk %d; want the tighter hole higher", l, s)
+	}
+}
+
+func TestLeftoverScore(t *testing.T) {
+	for _, tc := range []struct {
+		left, want int64
+	}{
+		{0, 100},
+		{-1, 100},
+		{gi, 94},
+		{64 << 40, 0},
+		{1 << 62, 0},
+	} {
+		if got := LeftoverScore(tc.left, 100); got != tc.want {
+			t.Errorf("LeftoverScore(%d) = %d, want %d", tc.left, got, tc.want)
+		}
 	}
 }
 
