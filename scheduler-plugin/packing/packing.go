@@ -17,8 +17,9 @@ import (
 type Strategy int
 
 const (
-	// MostAllocated prefers the fullest disk that still fits (best fit),
-	// keeping large holes free for large volumes later.
+	// MostAllocated prefers the disk with the least free space that still
+	// fits (best fit), and Score rates the bytes it leaves, keeping large
+	// holes free for large volumes later.
 	MostAllocated Strategy = iota
 	// LeastAllocated prefers the emptiest disk (worst fit), spreading
 	// volumes and their IO across disks.

@@ -10,8 +10,9 @@ import (
 type ScoringStrategyType string
 
 const (
-	// MostAllocated bin-packs: it prefers the fullest disk that fits, so
-	// large holes stay free for large volumes.
+	// MostAllocated bin-packs: it prefers the disk and the node where the
+	// claims leave the least free space, so large holes stay free for
+	// large volumes.
 	MostAllocated ScoringStrategyType = "MostAllocated"
 	// LeastAllocated spreads: it prefers the emptiest disk, for IO.
 	LeastAllocated ScoringStrategyType = "LeastAllocated"
