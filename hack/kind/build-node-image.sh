@@ -100,16 +100,18 @@ install_module() {
 # runtime_binaries builds containerd, runc, the CNI plugins, crictl and
 # CoreDNS into $1.
 runtime_binaries() {
-	local bin=$1 seccomp=
+	local bin=$1
 	tags="no_btrfs no_devmapper no_zfs" install_module "$containerd_module" cmd/containerd cmd/containerd-shim-runc-v2 cmd/ctr
-	# runc needs cgo: linked statically, with seccomp where libseccomp-dev
-	# is installed.
-	if [[ -f /usr/lib/x86_64-linux-gnu/libseccomp.a ]]; then
-		seccomp=seccomp
-	else
-		log "no libseccomp-dev: runc without seccomp support"
+	# runc needs cgo, linked statically, and seccomp: the kubelet gives
+	# every pod the runtime's default profile, which a runc without it
+	# refuses ("seccomp: config provided but seccomp not supported"), so
+	# no pod starts. A runc built without it (an older recipe) is built
+	# again.
+	"$root/hack/install-deps.sh" libseccomp-dev >&2
+	if [[ -x $bin/runc ]] && ! "$bin/runc" --version | grep -q '^libseccomp:'; then
+		rm -f "$bin/runc"
 	fi
-	cgo=1 tags="$seccomp netgo osusergo" ldflags="-s -w -extldflags -static" install_module "$runc_module" .
+	cgo=1 tags="seccomp netgo osusergo" ldflags="-s -w -extldflags -static" install_module "$runc_module" .
 	install_module "$cni_module" plugins/main/bridge plugins/main/ptp plugins/main/loopback \
 		plugins/ipam/host-local plugins/meta/portmap
 	install_module "$crictl_module" cmd/crictl
