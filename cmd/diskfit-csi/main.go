@@ -129,7 +129,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("creating dynamic client: %w", err)
 	}
-	orphans, err := kube.NewOrphanFinder(kc, dyn, factory)
+	orphans, err := kube.NewOrphanFinder(kc, dyn, factory, o.nodeID)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,8 @@ import (
 // tell; the sweep then changes nothing.
 type OrphanFinder interface {
 	// VolumesWithoutPV returns those of the volume IDs that no
-	// PersistentVolume of this driver has as its volume handle. With
+	// PersistentVolume of this driver on this node (or on no node it can
+	// tell) has as its volume handle. With
 	// confirm set, IDs the cache has no PV for are confirmed by the API
 	// server; without it the answer may lag behind a PV made a moment ago.
 	VolumesWithoutPV(ctx context.Context, ids []string, confirm bool) ([]string, error)
@@ -248,7 +249,8 @@ func (d *Driver) changeRefs(ctx context.Context, kind refKind, dk *disk, key str
 // VolumeReferenced records that a PersistentVolume refers to the volume
 // id, if it is one of this node's: from then on the driver never removes
 // it on its own. The PV informer calls it for every PV of this driver it
-// sees, so a PV that existed for a moment between two sweeps still counts.
+// sees that is not on another node, so a PV that existed for a moment
+// between two sweeps still counts.
 func (d *Driver) VolumeReferenced(ctx context.Context, id string) {
 	if !d.ready.Load() {
 		return

@@ -48,7 +48,7 @@ func newOrphanEnv(t *testing.T, startInformer bool, snapshotContents ...*unstruc
 	e.dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{kube.VolumeSnapshotContents: "VolumeSnapshotContentList"}, objs...)
 	factory := informers.NewSharedInformerFactory(e.kube, 0)
-	finder, err := kube.NewOrphanFinder(e.kube, e.dynamic, factory)
+	finder, err := kube.NewOrphanFinder(e.kube, e.dynamic, factory, testNode)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,10 +85,32 @@ func (e *orphanEnv) refs(t *testing.T, id string) backend.Refs {
 	return vol.Refs
 }
 
+// addPV adds a PV naming handle without node affinity, as one made by hand
+// may be.
 func (e *orphanEnv) addPV(t *testing.T, name, driver, handle string) {
 	t.Helper()
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+	e.createPV(t, csiPV(name, driver, handle))
+}
+
+// addPVOn adds a PV of this driver on disk "only" of node, with the node
+// affinity external-provisioner gives it.
+func (e *orphanEnv) addPVOn(t *testing.T, name, handle, node string) {
+	t.Helper()
+	pv := csiPV(name, diskfit.DriverName, handle)
+	pv.Spec.CSI.VolumeAttributes = map[string]string{diskfit.VolumeContextDiskKey: "only"}
+	pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+	}}}}
+	e.createPV(t, pv)
+}
+
+func csiPV(name, driver, handle string) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
 		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}}}}
+}
+
+func (e *orphanEnv) createPV(t *testing.T, pv *corev1.PersistentVolume) {
+	t.Helper()
 	if _, err := e.kube.CoreV1().PersistentVolumes().Create(e.ctx, pv, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +286,66 @@ func TestOrphanSweep(t *testing.T) {
 	want = slices.DeleteFunc(want, func(id string) bool { return strings.Contains(id, "young") })
 	if got := e.remaining(t); !slices.Equal(got, want) {
 		t.Errorf("after later sweeps:\n got  %v\n want %v", got, want)
+	}
+}
+
+// TestOrphanSweepIgnoresPVsOfOtherNodes: volume IDs do not name the node
+// and disk names repeat across nodes, so a PV of another node can carry the
+// handle of a volume of this one. That happens when CreateVolume succeeded
+// here but the provisioner saw an error, and the claim was provisioned again
+// on another node under the same name. Such a PV is not this volume's,
+// whether the informer or only the API server's list has it: the volume is
+// reported without a PV and removed after the grace period. A PV on this
+// node, and a PV of this driver without node affinity (made by hand), still
+// count.
+func TestOrphanSweepIgnoresPVsOfOtherNodes(t *testing.T) {
+	e := newOrphanEnv(t, true)
+	create := func(name string) string { return e.mustCreate(t, createReq(name, 300*mi)).VolumeId }
+	elsewhere := create("pvc-elsewhere")
+	e.addPVOn(t, "pv-elsewhere", elsewhere, "node-b")
+	here := create("pvc-here")
+	e.addPVOn(t, "pv-here", here, testNode)
+	byHand := create("pvc-by-hand")
+	e.addPV(t, "pv-by-hand", diskfit.DriverName, byHand)
+	// The informer hands PVs over in order: once it recorded the last one,
+	// it has seen the others.
+	if err := waitFor(e.ctx, func() (bool, error) { return !e.refs(t, byHand).NeverReferenced, nil }); err != nil {
+		t.Fatalf("the PV informer never recorded the PV of %s", byHand)
+	}
+	e.waitForPVCache(t, 3)
+	// Only the API server's list has this one.
+	e.stopPVs()
+	elsewhereLate := create("pvc-elsewhere-late")
+	e.addPVOn(t, "pv-elsewhere-late", elsewhereLate, "node-b")
+
+	first := time.Now()
+	e.d.now = func() time.Time { return first }
+	e.d.sweepOrphans(e.ctx)
+	e.d.publish(e.ctx)
+	dn, err := e.diskfit.DiskfitV1alpha1().DiskNodes().Get(e.ctx, testNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := dn.Status.Disk("only")
+	var handles []string
+	for _, w := range st.WithoutPV {
+		handles = append(handles, w.VolumeHandle)
+		if !w.NeverHadPV {
+			t.Errorf("%s is reported as having had a PV", w.VolumeHandle)
+		}
+	}
+	slices.Sort(handles)
+	if want := []string{elsewhere, elsewhereLate}; !slices.Equal(handles, want) || st.VolumesWithoutPV != 2 || st.BytesWithoutPV != 2*300*mi {
+		t.Errorf("DiskNode reports %d volumes (%d bytes) without a PV: %v; want %v", st.VolumesWithoutPV, st.BytesWithoutPV, handles, want)
+	}
+
+	e.d.now = func() time.Time { return first.Add(orphanGrace + time.Second) }
+	e.d.sweepOrphans(e.ctx)
+	if got, want := e.remaining(t), []string{byHand, here}; !slices.Equal(got, want) {
+		t.Errorf("after the sweeps:\n got  %v\n want %v", got, want)
+	}
+	if got, want := e.removed(t), map[string]float64{orphanVolume: 2, orphanSnapshot: 0}; !maps.Equal(got, want) {
+		t.Errorf("diskfit_orphans_removed_total %v, want %v", got, want)
 	}
 }
 

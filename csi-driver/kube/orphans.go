@@ -24,7 +24,8 @@ import (
 // binding a CSI snapshot handle to a VolumeSnapshot.
 var VolumeSnapshotContents = schema.GroupVersionResource{Group: "snapshot.storage.k8s.io", Version: "v1", Resource: "volumesnapshotcontents"}
 
-// volumeHandleIndex indexes PVs of this driver by their CSI volume handle.
+// volumeHandleIndex indexes the PVs that may refer to this node's volumes
+// by their CSI volume handle.
 const volumeHandleIndex = "diskfit.io/volume-handle"
 
 // OrphanFinder tells the driver which of its volumes no PersistentVolume
@@ -41,36 +42,51 @@ type OrphanFinder struct {
 	client  kubernetes.Interface
 	dynamic dynamic.Interface
 	pvs     cache.SharedIndexInformer
+	// node is the node whose volumes the finder is asked about.
+	node string
 }
 
 // NewOrphanFinder registers a PV informer with factory, which the caller
-// starts. dyn may be nil: snapshots are then never reported as orphans.
-func NewOrphanFinder(client kubernetes.Interface, dyn dynamic.Interface, factory informers.SharedInformerFactory) (*OrphanFinder, error) {
-	pvs := factory.Core().V1().PersistentVolumes().Informer()
-	if err := pvs.AddIndexers(cache.Indexers{volumeHandleIndex: func(obj any) ([]string, error) {
-		if handle, ok := volumeHandle(obj.(*corev1.PersistentVolume)); ok {
+// starts, for the volumes of node. dyn may be nil: snapshots are then
+// never reported as orphans.
+func NewOrphanFinder(client kubernetes.Interface, dyn dynamic.Interface, factory informers.SharedInformerFactory, node string) (*OrphanFinder, error) {
+	f := &OrphanFinder{client: client, dynamic: dyn, node: node, pvs: factory.Core().V1().PersistentVolumes().Informer()}
+	if err := f.pvs.AddIndexers(cache.Indexers{volumeHandleIndex: func(obj any) ([]string, error) {
+		if handle, ok := f.volumeHandle(obj.(*corev1.PersistentVolume)); ok {
 			return []string{handle}, nil
 		}
 		return nil, nil
 	}}); err != nil {
 		return nil, fmt.Errorf("indexing PVs by volume handle: %w", err)
 	}
-	return &OrphanFinder{client: client, dynamic: dyn, pvs: pvs}, nil
+	return f, nil
 }
 
-func volumeHandle(pv *corev1.PersistentVolume) (string, bool) {
+// volumeHandle returns the handle of a PV that may refer to a volume of
+// this node. Volume IDs do not name the node and disk names repeat across
+// nodes, so a PV of another node with the same handle (the claim was
+// provisioned again there after CreateVolume had succeeded here) is not
+// this volume's; counting it would keep the volume here forever, unseen.
+// A PV of this driver whose node cannot be read (no node affinity on the
+// topology key, as a PV made by hand may have) counts on every node: it
+// must never cost a volume.
+func (f *OrphanFinder) volumeHandle(pv *corev1.PersistentVolume) (string, bool) {
 	if !diskfit.IsDiskFitPV(pv) {
+		return "", false
+	}
+	if loc, ok := diskfit.PVLocation(pv); ok && loc.Node != f.node {
 		return "", false
 	}
 	return pv.Spec.CSI.VolumeHandle, true
 }
 
-// OnVolumeHandle calls fn with the volume handle of every PV of this
-// driver the informer sees added or updated.
+// OnVolumeHandle calls fn with the volume handle of every PV that may
+// refer to a volume of this node (see volumeHandle) the informer sees
+// added or updated.
 func (f *OrphanFinder) OnVolumeHandle(fn func(handle string)) error {
 	each := func(obj any) {
 		if pv, ok := obj.(*corev1.PersistentVolume); ok {
-			if handle, ok := volumeHandle(pv); ok {
+			if handle, ok := f.volumeHandle(pv); ok {
 				fn(handle)
 			}
 		}
@@ -107,7 +123,7 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return f.client.CoreV1().PersistentVolumes().List(ctx, opts)
 	}, func(obj runtime.Object) {
-		if handle, ok := volumeHandle(obj.(*corev1.PersistentVolume)); ok {
+		if handle, ok := f.volumeHandle(obj.(*corev1.PersistentVolume)); ok {
 			handles.Insert(handle)
 		}
 	})
