@@ -442,6 +442,20 @@ func (f *raceFinder) SnapshotsWithoutContent(_ context.Context, ids []string) ([
 
 func (f *raceFinder) DisksOfPVs(string) map[string]int { return nil }
 
+// sweepPastGrace sweeps twice with finder and a one-minute grace period,
+// two minutes apart: the first sweep finds what has no API object, the
+// second removes it. between runs between the sweeps.
+func sweepPastGrace(e *env, finder OrphanFinder, between func()) {
+	e.d.cfg.Orphans = finder
+	e.d.cfg.OrphanGracePeriod = time.Minute
+	first := time.Now()
+	e.d.now = func() time.Time { return first }
+	e.d.sweepOrphans(e.ctx)
+	between()
+	e.d.now = func() time.Time { return first.Add(2 * time.Minute) }
+	e.d.sweepOrphans(e.ctx)
+}
+
 // A volume whose CreateVolume (an idempotent retry of a provisioner that
 // could not save its PV for a while) succeeds between the sweep's
 // confirming list and the removal is kept: the provisioner is about to
@@ -451,20 +465,15 @@ func TestSweepKeepsWhatCreateVolumeJustReturned(t *testing.T) {
 	req := createReq("pvc-slow", 64<<20)
 	vol := e.mustCreate(t, req)
 	finder := &raceFinder{}
-	e.d.cfg.Orphans = finder
-	e.d.cfg.OrphanGracePeriod = time.Minute
-	first := time.Now()
-	e.d.now = func() time.Time { return first }
-	e.d.sweepOrphans(e.ctx) // found without a PV
 	retried := false
-	finder.afterConfirm = func() {
-		if _, err := e.d.CreateVolume(e.ctx, req); err != nil {
-			t.Errorf("retry: %v", err)
+	sweepPastGrace(e, finder, func() {
+		finder.afterConfirm = func() {
+			if _, err := e.d.CreateVolume(e.ctx, req); err != nil {
+				t.Errorf("retry: %v", err)
+			}
+			retried = true
 		}
-		retried = true
-	}
-	e.d.now = func() time.Time { return first.Add(2 * time.Minute) }
-	e.d.sweepOrphans(e.ctx)
+	})
 	if !retried {
 		t.Fatal("no confirm happened")
 	}
@@ -507,20 +516,15 @@ func TestSweepKeepsWhatCreateSnapshotJustReturned(t *testing.T) {
 		t.Fatal(err)
 	}
 	finder := &snapshotRaceFinder{}
-	e.d.cfg.Orphans = finder
-	e.d.cfg.OrphanGracePeriod = time.Minute
-	first := time.Now()
-	e.d.now = func() time.Time { return first }
-	e.d.sweepOrphans(e.ctx) // found without a VolumeSnapshotContent
 	retried := 0
-	finder.afterList = func() {
-		if _, err := e.d.CreateSnapshot(e.ctx, req); err != nil {
-			t.Errorf("retry: %v", err)
+	sweepPastGrace(e, finder, func() {
+		finder.afterList = func() {
+			if _, err := e.d.CreateSnapshot(e.ctx, req); err != nil {
+				t.Errorf("retry: %v", err)
+			}
+			retried++
 		}
-		retried++
-	}
-	e.d.now = func() time.Time { return first.Add(2 * time.Minute) }
-	e.d.sweepOrphans(e.ctx)
+	})
 	if retried == 0 {
 		t.Fatal("the sweep did not ask about the snapshot")
 	}
