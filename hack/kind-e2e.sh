@@ -84,6 +84,11 @@ pause_image=$(docker exec "$cluster-control-plane" crictl images | awk '$1 ~ /\/
 
 echo "== disks, then diskfit"
 manifests/overlays/kind/make-disks.sh "$cluster"
+# The overlay's VolumeSnapshotClass is of a CRD the same apply creates: the
+# first apply makes the CRDs and refuses that object, the second makes it
+# once they are established.
+kubectl apply --server-side -k manifests/overlays/kind || true
+kubectl wait --for condition=established --timeout=2m crd --all
 kubectl apply --server-side -k manifests/overlays/kind
 kubectl -n diskfit-system rollout status daemonset/diskfit-csi-node --timeout=5m
 kubectl -n diskfit-system rollout status deployment/diskfit-scheduler --timeout=5m

@@ -37,11 +37,12 @@ var (
 // deletes its content.
 func TestSnapshotRestoreAndCloneHoldTheData(t *testing.T) {
 	ns := newNamespace(t)
-	// Reflink needs XFS: the ssd disks of the local cluster. The smallest
-	// volumes (a restore is at least its snapshot's size): the origin, its
-	// snapshot (booked in full, it may need all of it once the origin is
-	// rewritten) and both copies must fit on one 2Gi disk.
-	class := newStorageClass(t, "ssd")
+	// Reflink needs XFS: the nvme disks, on the local cluster and on kind
+	// (manifests/overlays/kind). The smallest volumes (a restore is at
+	// least its snapshot's size): the origin, its snapshot (booked in full,
+	// it may need all of it once the origin is rewritten) and both copies
+	// must fit on one disk.
+	class := newStorageClass(t, "nvme")
 	size := int64(diskfit.MinFilesystemVolumeBytes)
 	newPVC(t, ns, "origin", class, size)
 	createPod(t, ns, podSpec("origin", diskfit.SchedulerName, "origin"))

@@ -12,6 +12,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -173,8 +174,20 @@ func registerWebhook(t *testing.T, name, ns, url string) {
 func TestWebhookCanOnlyWriteItsCABundle(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	// The manifests' configuration under its own name (the webhook's
-	// role may update only that one), for a namespace that has no pods.
-	registerWebhook(t, "diskfit-webhook", "no-such-namespace", "https://127.0.0.1:1/mutate")
+	// role may update only that one), for a namespace that has no pods;
+	// on a cluster where manifests/webhook is deployed (kind), the
+	// deployed one, whose caBundle is then written back unchanged so that
+	// the running webhook keeps working.
+	caBundle := []byte("a CA")
+	deployed, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "diskfit-webhook", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		registerWebhook(t, "diskfit-webhook", "no-such-namespace", "https://127.0.0.1:1/mutate")
+	case err != nil:
+		t.Fatal(err)
+	default:
+		caBundle = deployed.Webhooks[0].ClientConfig.CABundle
+	}
 	tr, err := kube.CoreV1().ServiceAccounts("diskfit-system").CreateToken(ctx, "diskfit-webhook", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +204,7 @@ func TestWebhookCanOnlyWriteItsCABundle(t *testing.T) {
 		change func(w *admissionregistrationv1.MutatingWebhook)
 		allow  bool
 	}{
-		{"its caBundle", func(w *admissionregistrationv1.MutatingWebhook) { w.ClientConfig.CABundle = []byte("a CA") }, true},
+		{"its caBundle", func(w *admissionregistrationv1.MutatingWebhook) { w.ClientConfig.CABundle = caBundle }, true},
 		{"another operation", func(w *admissionregistrationv1.MutatingWebhook) {
 			w.Rules[0].Operations = append(w.Rules[0].Operations, admissionregistrationv1.Update)
 		}, false},
