@@ -256,6 +256,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 		if snap := flag("--snapshot"); snap != "" {
 			lv.Origin = snap[strings.Index(snap, "/")+1:]
 			if f.LVs[lv.Origin] == nil {
+				//lint:ignore ST1005 lvm2's own message, which the backend parses
 				return "", fmt.Errorf("lvcreate: exit status 5: Snapshot origin LV %s not found in Volume group %s.", lv.Origin, Name)
 			}
 		}
@@ -352,10 +353,12 @@ func (f *VG) run(name string, args []string) (string, error) {
 				return "", fmt.Errorf("lvconvert: the fake knows only --splitsnapshot: %q", args)
 			}
 			if lv.Origin == "" {
+				//lint:ignore ST1005 lvm2's own message, which the backend parses
 				return "", fmt.Errorf("lvconvert: exit status 5: %s/%s is not a snapshot.", Name, lvName)
 			}
 			if !lv.Inactive && !has("--yes") {
 				// lvm2 asks first, and reads no answer from a driver.
+				//lint:ignore ST1005 lvm2's own message, which the backend parses
 				return "", fmt.Errorf("lvconvert: exit status 5: Do you really want to split off active logical volume %s/%s? [y/n]: [n]\n  Logical volume %s/%s not split.", Name, lvName, Name, lvName)
 			}
 			// The split-off LV keeps the copy-on-write extents as they are.
