@@ -142,8 +142,20 @@ func (w *wiper) name() string {
 }
 
 // discard deletes LV name: it is renamed for the wiper, which zeroes it
-// and removes it later.
+// and removes it later. A volume is deactivated first: lvm2 refuses that
+// while its device is open (mounted, a pod's Block device, the source of
+// a copy), which is then ErrInUse, as lvremove's refusal was. lvrename
+// would not notice, and the wiper would zero a device in use. (A snapshot
+// is active with its origin and never published; it is not deactivated.)
 func (l *LVM) discard(ctx context.Context, name string) error {
+	if strings.HasPrefix(name, volumePrefix) {
+		if _, err := l.run.Run(ctx, "lvchange", "--activate", "n", l.vg+"/"+name); err != nil {
+			if strings.Contains(err.Error(), " in use") {
+				return fmt.Errorf("%w: %w", ErrInUse, err)
+			}
+			return err
+		}
+	}
 	if _, err := l.run.Run(ctx, "lvrename", l.vg+"/"+name, l.vg+"/"+l.wiper.name()); err != nil {
 		return err
 	}

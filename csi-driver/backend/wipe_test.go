@@ -340,3 +340,37 @@ func countPrefix(list []string, prefix string) int {
 	}
 	return n
 }
+
+// A volume whose device is still open (mounted, a pod's Block device, the
+// source of a copy) is not deleted: DeleteVolume answers ErrInUse, as
+// lvremove would, and nothing zeroes it. lvrename alone would not notice,
+// and the wiper would then zero a device in use.
+func TestLVMDeleteOfAnOpenVolumeIsRefused(t *testing.T) {
+	ctx := context.Background()
+	vg := fakelvm.New(1 << 30)
+	l := newLVM(t, vg, true)
+	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k", Name: "pvc-k", SizeBytes: 64 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Attach(ctx, "k", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := vg.WriteLV("v-k", 0, []byte("in use")); err != nil {
+		t.Fatal(err)
+	}
+	vg.LVs["v-k"].Open = true
+	if err := l.DeleteVolume(ctx, "k"); !errors.Is(err, ErrInUse) {
+		t.Fatalf("deleting an open volume: %v, want ErrInUse", err)
+	}
+	time.Sleep(200 * time.Millisecond) // a wiper, woken, would have run
+	if _, err := l.GetVolume(ctx, "k"); err != nil {
+		t.Errorf("the open volume is gone: %v", err)
+	}
+	if got, err := vg.ReadLV("v-k"); err != nil || !bytes.HasPrefix(got, []byte("in use")) {
+		t.Errorf("the open volume was zeroed or is gone: %v", err)
+	}
+	vg.LVs["v-k"].Open = false
+	if err := l.DeleteVolume(ctx, "k"); err != nil {
+		t.Errorf("deleting it once closed: %v", err)
+	}
+}

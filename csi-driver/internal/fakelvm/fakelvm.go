@@ -72,6 +72,10 @@ type LV struct {
 	// ReadOnly is an active LV whose device refuses writes (blockdev
 	// --setro); deactivating it ends that.
 	ReadOnly bool
+	// Open is an LV whose device something holds open (a mount, a pod's
+	// Block device, a copy): lvm2 refuses to deactivate or remove it, and
+	// lvrename does not check.
+	Open bool
 	// extents are the group's extents the LV maps, in order.
 	extents []int
 }
@@ -371,6 +375,10 @@ func (f *VG) run(name string, args []string) (string, error) {
 				case "--addtag":
 					lv.Tags = append(lv.Tags, args[i+1])
 				case "--activate":
+					if args[i+1] == "n" && lv.Open {
+						//lint:ignore ST1005 lvm2's own message, which the backend parses
+						return "", fmt.Errorf("lvchange: exit status 5: Logical volume %s/%s in use.", Name, lvName)
+					}
 					lv.Inactive = args[i+1] == "n"
 					lv.ReadOnly = lv.ReadOnly && !lv.Inactive
 				}
@@ -381,6 +389,10 @@ func (f *VG) run(name string, args []string) (string, error) {
 				return "", fmt.Errorf("Insufficient free space: %d extents needed, but only %d available", extents(size())-len(lv.extents), f.freeExtents())
 			}
 		case "lvremove":
+			if lv.Open {
+				//lint:ignore ST1005 lvm2's own message, which the backend parses
+				return "", fmt.Errorf("lvremove: exit status 5: Logical volume %s/%s contains a filesystem in use.", Name, lvName)
+			}
 			// With --yes lvm2 removes an origin's snapshots with it.
 			var gone []string
 			for n, s := range f.LVs {
