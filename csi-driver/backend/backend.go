@@ -177,6 +177,14 @@ func (g *spaceGuard) allocate(ctx context.Context, usage func(context.Context) (
 	return alloc()
 }
 
+// Wiping is a Backend that zeroes a deleted volume's space after
+// DeleteVolume returned (LVM: lvm_wipe.go), while it serves the disk.
+// PendingWipes counts the deleted volumes and snapshots not zeroed yet: a
+// disk that stops being served before they are keeps their data.
+type Wiping interface {
+	PendingWipes(ctx context.Context) (int, error)
+}
+
 // Backend keeps the volumes of one disk. Callers serialise calls per key;
 // calls for different keys may run concurrently.
 type Backend interface {

@@ -37,7 +37,10 @@ type LVM struct {
 	wiper *wiper
 }
 
-var _ Backend = &LVM{}
+var (
+	_ Backend = &LVM{}
+	_ Wiping  = &LVM{}
+)
 
 // NewLVM returns a backend for volume group vg. When allowInitialize is set
 // and the group does not exist, Start creates it on device. lockDir is the

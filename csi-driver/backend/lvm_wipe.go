@@ -163,6 +163,22 @@ func (l *LVM) discard(ctx context.Context, name string) error {
 	return nil
 }
 
+// PendingWipes implements Wiping: the LVs deleted and not yet zeroed and
+// removed.
+func (l *LVM) PendingWipes(ctx context.Context) (int, error) {
+	raws, err := lvm.ListLVs(ctx, l.run, l.vg)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, raw := range raws {
+		if strings.HasPrefix(raw.Name, wipePrefix) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // wipeAll splits off, zeroes and removes every LV renamed for wiping. An
 // origin waits until its snapshots are split off: lvremove would remove
 // them with it, unwiped.

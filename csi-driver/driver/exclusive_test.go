@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
@@ -125,4 +127,45 @@ func deviceMapperControl(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A volume group whose deleted volumes are still being zeroed is not
+// retired: the driver that leaves it would never finish the wipe (only a
+// driver serving the group wipes), and the group would go on holding the
+// deleted data. Once the wipe is done it retires. lvm2 is faked.
+func TestRetireWaitsForWipes(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	vg := fakelvm.New(gi)
+	d, err := New(Config{
+		Endpoint: "unix:///unused", NodeID: testNode, KubeletDir: t.TempDir(), LockDir: t.TempDir(), StatusInterval: time.Hour,
+		Node:                &config.NodeConfig{MaxVolumes: 10, Disks: []config.Disk{{Name: "lvm", Backend: v1alpha1.BackendLVM, VolumeGroup: fakelvm.Name}}},
+		LVMRunner:           vg,
+		DeviceMapperControl: deviceMapperControl(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Start(ctx)
+	t.Cleanup(func() { stopDisks(d) })
+	vol, err := d.CreateVolume(ctx, createReq("pvc-gone", 64*mi))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused, resume := vg.Hold("blkdiscard")
+	t.Cleanup(resume)
+	if _, err := d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.Volume.VolumeId}); err != nil {
+		t.Fatal(err)
+	}
+	<-paused
+	dk := d.disk("lvm")
+	if msg := dk.retire(ctx); !strings.Contains(msg, "zero") {
+		t.Fatalf("retire said %q while a deleted volume was being zeroed", msg)
+	}
+	resume()
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return dk.retire(ctx) == "", nil
+	})
+	if err != nil {
+		t.Errorf("not retired after the wipe: %q", dk.retire(ctx))
+	}
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/diskfit/diskfit/csi-driver/backend"
 	"github.com/diskfit/diskfit/csi-driver/config"
 )
 
@@ -275,6 +276,16 @@ func (dk *disk) retire(ctx context.Context) string {
 	}
 	if len(vols)+len(snaps) > 0 {
 		return fmt.Sprintf("it holds %s and %s that would be orphaned", count(len(vols), "volume"), count(len(snaps), "snapshot"))
+	}
+	// Only a driver serving the disk zeroes what was deleted from it.
+	if w, ok := dk.backend.(backend.Wiping); ok {
+		n, err := w.PendingWipes(ctx)
+		if err != nil {
+			return fmt.Sprintf("whether deleted volumes on it are still to be zeroed cannot be told (%v)", err)
+		}
+		if n > 0 {
+			return fmt.Sprintf("it still zeroes %s of deleted volumes or snapshots before their space is free", count(n, "logical volume"))
+		}
 	}
 	dk.retired = true
 	return ""
