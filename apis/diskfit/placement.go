@@ -3,6 +3,7 @@ package diskfit
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -136,4 +137,34 @@ func ReleasedOnDiskLoss(pvc *v1.PersistentVolumeClaim, class *storagev1.StorageC
 // be released when its disk is lost.
 func ReleasedOnNodeLoss(pvc *v1.PersistentVolumeClaim, class *storagev1.StorageClass) bool {
 	return pvc.Annotations[ReleaseOnNodeDeletionAnnotation] == "true" || ReleasedOnDiskLoss(pvc, class)
+}
+
+// PVRefersTo reports whether pv may refer to the volume handle on node: it
+// is a diskfit PV with that handle and not provably on another node.
+// Volume handles name a disk, not a node, and disk names repeat across
+// nodes. A PV is provably elsewhere only when every one of its node
+// selector terms requires the topology key to be a node other than this
+// one; anything else (no node affinity, as a PV made by hand may have, a
+// term without the key) refers to it, so that how a PV was written never
+// makes a volume look unused.
+func PVRefersTo(pv *v1.PersistentVolume, node, handle string) bool {
+	if !IsDiskFitPV(pv) || pv.Spec.CSI.VolumeHandle != handle {
+		return false
+	}
+	na := pv.Spec.NodeAffinity
+	if na == nil || na.Required == nil {
+		return true
+	}
+	for _, term := range na.Required.NodeSelectorTerms {
+		elsewhere := false
+		for _, expr := range term.MatchExpressions {
+			if expr.Key == TopologyKey && expr.Operator == v1.NodeSelectorOpIn && !slices.Contains(expr.Values, node) {
+				elsewhere = true
+			}
+		}
+		if !elsewhere {
+			return true
+		}
+	}
+	return len(na.Required.NodeSelectorTerms) == 0
 }

@@ -129,3 +129,40 @@ func TestPVLocation(t *testing.T) {
 		}
 	}
 }
+
+func TestPVRefersTo(t *testing.T) {
+	const handle = "nvme0:pvc-1"
+	pv := func(terms ...[]string) *v1.PersistentVolume {
+		p := &v1.PersistentVolume{Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
+			CSI: &v1.CSIPersistentVolumeSource{Driver: DriverName, VolumeHandle: handle}}}}
+		if terms == nil {
+			return p
+		}
+		sel := &v1.NodeSelector{}
+		for _, nodes := range terms {
+			sel.NodeSelectorTerms = append(sel.NodeSelectorTerms, v1.NodeSelectorTerm{MatchExpressions: []v1.NodeSelectorRequirement{
+				{Key: TopologyKey, Operator: v1.NodeSelectorOpIn, Values: nodes}}})
+		}
+		p.Spec.NodeAffinity = &v1.VolumeNodeAffinity{Required: sel}
+		return p
+	}
+	tests := []struct {
+		name string
+		pv   *v1.PersistentVolume
+		want bool
+	}{
+		{"on this node", pv([]string{"node-a"}), true},
+		{"on another node", pv([]string{"node-b"}), false},
+		{"no node affinity", pv(), true},
+		{"another node's term, then this node's", pv([]string{"node-b"}, []string{"node-a"}), true},
+		{"several nodes, this one among them", pv([]string{"node-b", "node-a"}), true},
+	}
+	for _, tt := range tests {
+		if got := PVRefersTo(tt.pv, "node-a", handle); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if PVRefersTo(pv([]string{"node-a"}), "node-a", "nvme1:pvc-1") {
+		t.Error("a PV of another handle refers to the volume")
+	}
+}

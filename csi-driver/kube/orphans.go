@@ -67,14 +67,10 @@ func NewOrphanFinder(client kubernetes.Interface, dyn dynamic.Interface, factory
 // nodes, so a PV of another node with the same handle (the claim was
 // provisioned again there after CreateVolume had succeeded here) is not
 // this volume's; counting it would keep the volume here forever, unseen.
-// A PV of this driver whose node cannot be read (no node affinity on the
-// topology key, as a PV made by hand may have) counts on every node: it
-// must never cost a volume.
+// A PV that is not provably on another node counts (diskfit.PVRefersTo):
+// it must never cost a volume.
 func (f *OrphanFinder) volumeHandle(pv *corev1.PersistentVolume) (string, bool) {
-	if !diskfit.IsDiskFitPV(pv) {
-		return "", false
-	}
-	if loc, ok := diskfit.PVLocation(pv); ok && loc.Node != f.node {
+	if !diskfit.IsDiskFitPV(pv) || !diskfit.PVRefersTo(pv, f.node, pv.Spec.CSI.VolumeHandle) {
 		return "", false
 	}
 	return pv.Spec.CSI.VolumeHandle, true

@@ -82,7 +82,7 @@ func (o *reclaimOptions) run(ctx context.Context, c *Clients, streams genericioo
 		return fmt.Errorf("listing PersistentVolumes: %w", err)
 	}
 	for _, pv := range pvs.Items {
-		if diskfit.IsDiskFitPV(&pv) && pv.Spec.CSI.VolumeHandle == o.handle {
+		if diskfit.PVRefersTo(&pv, o.node, o.handle) {
 			return fmt.Errorf("PersistentVolume %s refers to volume %s: delete it (with reclaim policy Delete) instead", pv.Name, o.handle)
 		}
 	}

@@ -108,3 +108,18 @@ func TestReclaim(t *testing.T) {
 		t.Errorf("reclaiming a volume a PV refers to: %v", err)
 	}
 }
+
+// A PV of another node with the same volume handle (disk names repeat
+// across nodes) does not refer to this node's volume: reclaim makes its PV
+// for this node's volume instead of telling the admin to delete the other
+// node's PV, which would delete that node's live volume.
+func TestReclaimIgnoresPVsOfOtherNodes(t *testing.T) {
+	other := reclaimPV("node-b", v1alpha1.VolumeWithoutPV{VolumeHandle: keptHandle, SizeBytes: 768 * mi})
+	other.Name = "pvc-live-on-node-b"
+	other.Spec.CSI.VolumeAttributes = map[string]string{diskfit.VolumeContextDiskKey: "nvme0"}
+	clients := &Clients{Kube: kubefake.NewClientset(other), DiskFit: dffake.NewSimpleClientset(withKeptVolume())}
+	out, _, err := runWith(clients, "", "reclaim", "node-a", keptHandle, "--dry-run")
+	if err != nil || !strings.Contains(out, "volumeHandle: "+keptHandle) || !strings.Contains(out, "- node-a") {
+		t.Errorf("reclaiming node-a's volume beside node-b's PV of the same handle: %v\n%s", err, out)
+	}
+}
