@@ -144,10 +144,11 @@ var ErrReadOnlyDiffers = errors.New("attached already, with the other read-only 
 // again for the next file it serves, unlike a device made read-only with
 // BLKROSET.
 func Attach(ctx context.Context, file File, readOnly bool) (string, error) {
-	if dev, err := Find(ctx, file); err != nil || dev != "" {
-		if err != nil {
-			return "", err
-		}
+	dev, err := Find(ctx, file)
+	if err != nil {
+		return "", err
+	}
+	if dev != "" {
 		info, err := loopStatus(dev)
 		if err != nil {
 			return "", err
@@ -171,7 +172,7 @@ func Attach(ctx context.Context, file File, readOnly bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dev := strings.TrimSpace(out)
+	dev = strings.TrimSpace(out)
 	if dev == "" {
 		return "", fmt.Errorf("losetup printed no device for %s", file)
 	}
