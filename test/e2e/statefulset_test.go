@@ -83,7 +83,7 @@ func TestDefaultSchedulerPodsGetVolumes(t *testing.T) {
 // can hold: exactly as many pods as fit get their volumes, the others stay
 // Pending with DiskFit's per-disk reason and their claims get no node, and
 // the driver refuses no claim (no ResourceExhausted). How many fit is
-// counted here from the disks' free space, claim by claim: with claims of
+// counted here from each disk's capacity less its PVs, claim by claim: with claims of
 // one size, a disk holds floor(free/size) of them and a node
 // floor(slots/2) pods.
 func TestStatefulSetLargerThanTheDisks(t *testing.T) {
@@ -134,6 +134,10 @@ func equalClaimsThatFit(t *testing.T, perPod int) (size int64, fit int) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Free is capacity less the PVs on the disk: both stay right while the
+	// status lags behind volumes deleted a moment ago (its freeBytes does
+	// not).
+	used := pvBytesPerDisk(t)
 	free := map[string][]int64{}
 	var all []int64
 	for _, dn := range dns.Items {
@@ -146,8 +150,9 @@ func equalClaimsThatFit(t *testing.T, perPod int) (size int64, fit int) {
 		}
 		for _, d := range dn.Status.Disks {
 			if d.Healthy && !out[d.Name] {
-				free[dn.Name] = append(free[dn.Name], d.FreeBytes)
-				all = append(all, d.FreeBytes)
+				f := d.CapacityBytes - used[placement{node: dn.Name, disk: d.Name}]
+				free[dn.Name] = append(free[dn.Name], f)
+				all = append(all, f)
 			}
 		}
 	}
