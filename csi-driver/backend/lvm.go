@@ -128,6 +128,8 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 				return fmt.Errorf("rolling back interrupted operation: %w", err)
 			}
 			pending = true
+		case lv.snapshot && lv.origin != "" && lv.area <= lv.size:
+			l.growSnapshot(ctx, lv)
 		}
 	}
 	l.wiper.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeGroup", l.vg)), l.wipeAll, pending)
@@ -184,6 +186,26 @@ const extent = 4 << 20
 // roundExtent rounds size up to whole extents.
 func roundExtent(size int64) int64 {
 	return (size + extent - 1) / extent * extent
+}
+
+// snapshotChunk is the chunk size of thick snapshots, lvm2's default,
+// given on the command line so that cowSize holds whatever lvm.conf says.
+const snapshotChunk = 4 << 10
+
+// cowSize is the copy-on-write area a thick snapshot of an origin of size
+// bytes needs to keep its data however much of the origin is written
+// again: dm-snapshot's header chunk, a data chunk for every origin chunk,
+// and the metadata chunks indexing them (one per chunk/16 data chunks, the
+// next one zeroed as soon as one is full), plus the 1/64 lvm2 adds on
+// kernels that may leak chunks in a crash. It is lvm2's own bound
+// (cow_max_extents, what --extents 100%ORIGIN asks for), rounded up to
+// whole extents; an area of the origin's size is a few chunks short, and
+// a snapshot whose area overflows turns invalid and unreadable.
+func cowSize(size int64) int64 {
+	chunks := (size + snapshotChunk - 1) / snapshotChunk
+	const perArea = snapshotChunk / 16
+	n := 1 + chunks + (chunks+perArea)/perArea
+	return roundExtent((n + (n+63)/64) * snapshotChunk)
 }
 
 func (l *LVM) lvPath(name string) string { return lvm.DevicePath(l.vg, name) }
@@ -432,8 +454,9 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 	if err := l.clearLeftover(ctx, lvName); err != nil {
 		return nil, err
 	}
-	// A thick snapshot takes its whole size from the volume group.
-	err = l.space.allocate(ctx, l.Usage, roundExtent(src.SizeBytes), func() error {
+	// A thick snapshot takes its whole copy-on-write area from the volume
+	// group when it is made.
+	err = l.space.allocate(ctx, l.Usage, cowSize(src.SizeBytes), func() error {
 		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true, ContentUnknown)...)
 		return noSpace(err)
 	})
@@ -444,6 +467,29 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 		return nil, errors.Join(err, l.removeLV(ctx, lvName))
 	}
 	return l.GetSnapshot(ctx, key)
+}
+
+// growSnapshot gives a snapshot whose copy-on-write area is no larger
+// than its origin was (one made before cowSize) the room a rewrite of its
+// whole origin needs, its size recorded first. Without room in the group
+// it stays as it is, logged, and the next start tries again.
+func (l *LVM) growSnapshot(ctx context.Context, s lv) {
+	logger := klog.FromContext(ctx).WithValues("volumeGroup", l.vg, "lv", s.name)
+	if !s.sizeTag {
+		if _, err := l.run.Run(ctx, "lvchange", "--addtag", tagSize+strconv.FormatInt(s.size, 10), l.vg+"/"+s.name); err != nil {
+			logger.Error(err, "Recording a snapshot's size failed")
+			return
+		}
+	}
+	err := l.space.allocate(ctx, l.Usage, cowSize(s.size)-s.area, func() error {
+		_, err := l.run.Run(ctx, "lvextend", "--size", strconv.FormatInt(cowSize(s.size), 10)+"b", l.vg+"/"+s.name)
+		return noSpace(err)
+	})
+	if err != nil {
+		logger.Error(err, "A snapshot's copy-on-write area is too small to keep its data if its whole origin is written again; it was not enlarged")
+		return
+	}
+	logger.Info("Enlarged a snapshot's copy-on-write area to hold a rewrite of its whole origin")
 }
 
 // DeleteSnapshot implements Backend.

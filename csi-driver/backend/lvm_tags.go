@@ -19,6 +19,11 @@ const (
 	tagState    = tagPrefix + "state="
 	tagSource   = tagPrefix + "source="
 	tagSnapshot = tagPrefix + "snapshot"
+	// tagSize holds a snapshot's size: its source's when it was taken,
+	// what a restore gets. The LV's own size is its copy-on-write area
+	// (cowSize), larger. A snapshot without the tag was made with an
+	// area of its source's size, which is then its size.
+	tagSize = tagPrefix + "size="
 	// tagContent holds a volume's Content; an LV without it was made
 	// before the tag existed (ContentUnknown).
 	tagContent = tagPrefix + "content="
@@ -34,16 +39,20 @@ const (
 
 // lv is one logical volume as lvs reports it, tags decoded.
 type lv struct {
-	name      string
-	size      int64
-	csiName   string
-	pvc       string
-	source    string
-	state     State
-	snapshot  bool
-	createdAt time.Time
-	content   Content
-	refs      Refs
+	name string
+	// size is a volume's size, or a snapshot's: its size tag (sizeTag),
+	// else its area's. area is the LV's own size, a snapshot's
+	// copy-on-write area.
+	size, area int64
+	sizeTag    bool
+	csiName    string
+	pvc        string
+	source     string
+	state      State
+	snapshot   bool
+	createdAt  time.Time
+	content    Content
+	refs       Refs
 	// origin is the LV a snapshot is of, "" once split off or for a volume.
 	origin string
 }
@@ -66,7 +75,7 @@ func decodeLVs(raws []lvm.LV) ([]lv, error) {
 
 // decodeLV reads the tags of one LV; ok is false when it has no name tag.
 func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
-	v := lv{name: raw.Name, size: raw.SizeBytes, createdAt: raw.Time, origin: raw.Origin}
+	v := lv{name: raw.Name, size: raw.SizeBytes, area: raw.SizeBytes, createdAt: raw.Time, origin: raw.Origin}
 	for _, tag := range raw.Tags {
 		switch {
 		case strings.HasPrefix(tag, tagName):
@@ -83,6 +92,12 @@ func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
 			v.source = strings.TrimPrefix(tag, tagSource)
 		case tag == tagSnapshot:
 			v.snapshot = true
+		case strings.HasPrefix(tag, tagSize):
+			size, err := strconv.ParseInt(strings.TrimPrefix(tag, tagSize), 10, 64)
+			if err != nil {
+				return lv{}, false, fmt.Errorf("decoding size tag of %s: %w", raw.Name, err)
+			}
+			v.size, v.sizeTag = size, true
 		case strings.HasPrefix(tag, tagContent):
 			v.content = Content(strings.TrimPrefix(tag, tagContent))
 		case tag == tagNeverReferenced:
@@ -96,11 +111,16 @@ func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
 	return v, ok, nil
 }
 
-// createArgs builds the lvcreate command line for a volume or snapshot. A
-// snapshot is a thick LVM snapshot of its source with room for the whole
-// source to change. content is the volume's Content, "" for a snapshot.
+// createArgs builds the lvcreate command line for a volume or snapshot of
+// size bytes. A snapshot is a thick LVM snapshot of its source with room
+// for the whole source to change (cowSize). content is the volume's
+// Content, ContentUnknown for a snapshot.
 func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool, content Content) []string {
-	args := []string{"--yes", "--name", lvName, "--size", strconv.FormatInt(roundExtent(size), 10) + "b",
+	lvSize := roundExtent(size)
+	if snapshot {
+		lvSize = cowSize(size)
+	}
+	args := []string{"--yes", "--name", lvName, "--size", strconv.FormatInt(lvSize, 10) + "b",
 		"--addtag", tagName + base64.RawURLEncoding.EncodeToString([]byte(csiName)),
 		"--addtag", tagState + string(StateCreating), "--addtag", tagNeverReferenced}
 	if content != ContentUnknown {
@@ -113,7 +133,8 @@ func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapsh
 		args = append(args, "--addtag", tagSource+source)
 	}
 	if snapshot {
-		return append(args, "--addtag", tagSnapshot, "--snapshot", l.vg+"/"+volumePrefix+source)
+		return append(args, "--addtag", tagSnapshot, "--addtag", tagSize+strconv.FormatInt(roundExtent(size), 10),
+			"--chunksize", strconv.Itoa(snapshotChunk>>10)+"k", "--snapshot", l.vg+"/"+volumePrefix+source)
 	}
 	return append(args, l.vg)
 }

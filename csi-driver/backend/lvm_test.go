@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -72,13 +73,16 @@ func TestLVMLifecycle(t *testing.T) {
 	if _, err := l.CreateSnapshot(ctx, "s1", "snap", "k1"); err != nil {
 		t.Fatal(err)
 	}
-	if !contains(run.Calls, "lvcreate --yes --name s-s1 --size 20971520b --addtag diskfit.name="+base64.RawURLEncoding.EncodeToString([]byte("snap"))+
-		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.source=k1 --addtag diskfit.snapshot --snapshot vg0/v-k1") {
+	// The copy-on-write area holds the 20 MiB and dm-snapshot's metadata:
+	// 6 extents; the snapshot's size is its source's.
+	if !contains(run.Calls, "lvcreate --yes --name s-s1 --size 25165824b --addtag diskfit.name="+base64.RawURLEncoding.EncodeToString([]byte("snap"))+
+		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.source=k1 --addtag diskfit.snapshot"+
+		" --addtag diskfit.size=20971520 --chunksize 4k --snapshot vg0/v-k1") {
 		t.Errorf("snapshot command missing: %q", run.Calls)
 	}
 	vols, _ := l.ListVolumes(ctx)
 	snaps, _ := l.ListSnapshots(ctx)
-	if len(vols) != 1 || len(snaps) != 1 || snaps[0].SourceVolume != "k1" {
+	if len(vols) != 1 || len(snaps) != 1 || snaps[0].SourceVolume != "k1" || snaps[0].SizeBytes != 20*mi {
 		t.Errorf("volumes %+v snapshots %+v", vols, snaps)
 	}
 	dev, err := l.Attach(ctx, "k1", false)
@@ -187,6 +191,7 @@ func TestParseLVMReports(t *testing.T) {
 		{name: "bad size", out: `{"report":[{"lv":[{"lv_name":"v-a","lv_size":"4M","lv_tags":"diskfit.name=YQ"}]}]}`, wantErr: true},
 		{name: "bad name tag", out: `{"report":[{"lv":[{"lv_name":"v-a","lv_size":"1","lv_tags":"diskfit.name=!!"}]}]}`, wantErr: true},
 		{name: "not JSON", out: `  LV   VG`, wantErr: true},
+		{name: "bad size tag", out: `{"report":[{"lv":[{"lv_name":"s-a","lv_size":"8388608","lv_tags":"diskfit.name=YQ,diskfit.snapshot,diskfit.size=4M"}]}]}`, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,6 +200,14 @@ func TestParseLVMReports(t *testing.T) {
 				t.Errorf("lvs = %v, %v", lvs, err)
 			}
 		})
+	}
+	// A snapshot's size is its size tag, or its LV's size when it was made
+	// before the tag, with a copy-on-write area of its source's size.
+	snaps, err := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"lv":[`+
+		`{"lv_name":"s-new","lv_size":"8388608","lv_tags":"diskfit.name=YQ,diskfit.state=ready,diskfit.snapshot,diskfit.size=4194304","lv_time":"","origin":"v-a"},`+
+		`{"lv_name":"s-old","lv_size":"4194304","lv_tags":"diskfit.name=Yg,diskfit.state=ready,diskfit.snapshot","lv_time":"","origin":"v-a"}]}]}`), "").ListSnapshots(context.Background())
+	if err != nil || len(snaps) != 2 || snaps[0].SizeBytes != 4*mi || snaps[1].SizeBytes != 4*mi {
+		t.Errorf("snapshots = %+v, %v; want two of 4 MiB", snaps, err)
 	}
 	other := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`), "")
 	if _, err := other.Usage(context.Background()); !errors.Is(err, ErrNotFound) {
@@ -359,5 +372,107 @@ func TestLVMContent(t *testing.T) {
 	}
 	if got := content("older"); got != ContentFilesystem {
 		t.Errorf("older LV holds %q after recording a filesystem", got)
+	}
+}
+
+// TestLVMSnapshotSurvivesARewriteOfItsOrigin: a thick snapshot keeps what
+// its origin held when it was taken even after every byte of the origin
+// is written again (a restore of a database dump, a new filesystem made
+// on it). Its copy-on-write area then holds a copy of every chunk, plus
+// dm-snapshot's header and metadata chunks; an area of the origin's size
+// overflows and the snapshot turns invalid, every restore failing. lvm2
+// is faked (fakelvm fills the area as the kernel's exception store does):
+// this machine's kernel has no device-mapper.
+func TestLVMSnapshotSurvivesARewriteOfItsOrigin(t *testing.T) {
+	ctx := context.Background()
+	for _, size := range []int64{ext, 3 * ext} {
+		l, vg := newWipeLVM(t, 16)
+		createVolume(t, l, "origin", size)
+		then := bytes.Repeat([]byte("what the snapshot keeps "), int(size)/24+1)[:size]
+		if err := vg.WriteLV("v-origin", 0, then); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := l.CreateSnapshot(ctx, "s", "s", "origin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.SizeBytes != size {
+			t.Errorf("%d-byte origin: snapshot's size %d, want the origin's", size, snap.SizeBytes)
+		}
+		if err := vg.WriteLV("v-origin", 0, bytes.Repeat([]byte{0xee}, int(size))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.CreateVolume(ctx, CreateRequest{Key: "restored", Name: "restored", SizeBytes: snap.SizeBytes, FromSnapshot: "s"}); err != nil {
+			t.Fatalf("%d-byte origin rewritten: restoring its snapshot: %v", size, err)
+		}
+		got, err := vg.ReadLV("v-restored")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[:size], then) {
+			t.Errorf("%d-byte origin rewritten: the restored volume does not hold what the origin held at the snapshot", size)
+		}
+		if s, err := l.GetSnapshot(ctx, "s"); err != nil || s.SizeBytes != size {
+			t.Errorf("snapshot after the restore: %+v, %v; want size %d", s, err, size)
+		}
+	}
+}
+
+// TestLVMOlderSnapshotIsEnlarged: a snapshot made with a copy-on-write
+// area of its origin's size, as before, is given the room at start, its
+// size kept, and then survives a rewrite of its whole origin. When the
+// group has no room for that, it starts all the same and tries again at
+// the next start.
+func TestLVMOlderSnapshotIsEnlarged(t *testing.T) {
+	ctx := context.Background()
+	vg := fakelvm.New(4 * ext)
+	lockDir := t.TempDir()
+	l := startWipeLVM(t, vg, lockDir)
+	createVolume(t, l, "origin", ext)
+	then := bytes.Repeat([]byte{0x5a}, int(ext))
+	if err := vg.WriteLV("v-origin", 0, then); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vg.Run(ctx, "lvcreate", "--yes", "--name", "s-old", "--size", "4194304b",
+		"--addtag", tagName+"b2xk", "--addtag", tagState+"ready", "--addtag", tagSource+"origin", "--addtag", tagSnapshot,
+		"--snapshot", "vg0/v-origin"); err != nil {
+		t.Fatal(err)
+	}
+	vg.Create("other", 2*ext) // not diskfit's: leaves no room
+	l.Close()
+
+	l = startWipeLVM(t, vg, lockDir)
+	if got := len(vg.Extents("s-old")); got != 1 {
+		t.Errorf("snapshot enlarged without room: %d extents", got)
+	}
+	l.Close()
+	if _, err := vg.Run(ctx, "lvremove", "--yes", "vg0/other"); err != nil {
+		t.Fatal(err)
+	}
+
+	l = startWipeLVM(t, vg, lockDir)
+	snap, err := l.GetSnapshot(ctx, "old")
+	if err != nil || snap.SizeBytes != ext {
+		t.Fatalf("snapshot after the start: %+v, %v; want size %d", snap, err, ext)
+	}
+	if got := len(vg.Extents("s-old")); got != 2 {
+		t.Errorf("snapshot's area: %d extents, want 2", got)
+	}
+	if err := vg.WriteLV("v-origin", 0, bytes.Repeat([]byte{0xee}, int(ext))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "restored", Name: "restored", SizeBytes: snap.SizeBytes, FromSnapshot: "old"}); err != nil {
+		t.Fatalf("restoring the older snapshot after its origin was rewritten: %v", err)
+	}
+	if got, _ := vg.ReadLV("v-restored"); !bytes.Equal(got[:ext], then) {
+		t.Error("the restored volume does not hold what the origin held at the snapshot")
+	}
+	l.Close()
+	l = startWipeLVM(t, vg, lockDir)
+	if got := len(vg.Extents("s-old")); got != 2 {
+		t.Errorf("snapshot's area after another start: %d extents, want 2", got)
+	}
+	if n := strings.Count(strings.Join(vg.LVs["s-old"].Tags, ","), tagSize); n != 1 {
+		t.Errorf("%d size tags: %q", n, vg.LVs["s-old"].Tags)
 	}
 }

@@ -179,7 +179,8 @@ func TestLVMExpandedVolumeIsWiped(t *testing.T) {
 // a new volume, and the origin keeps its data.
 func TestLVMDeletedSnapshotIsWiped(t *testing.T) {
 	ctx := context.Background()
-	l, vg := newWipeLVM(t, 2)
+	// The origin takes one extent, its snapshot two (cowSize).
+	l, vg := newWipeLVM(t, 3)
 	createVolume(t, l, "origin", ext)
 	fill(t, vg, "v-origin")
 	if _, err := l.CreateSnapshot(ctx, "s", "s", "origin"); err != nil {

@@ -17,6 +17,15 @@
 // snapshot's extents hold a copy of its origin's data as it was when the
 // snapshot was made, which is what its copy-on-write area holds once the
 // origin has been written.
+//
+// A thick snapshot's copy-on-write area fills as the kernel's persistent
+// exception store does (drivers/md/dm-snap-persistent.c): one chunk of
+// header, then areas of one metadata chunk followed by the data chunks it
+// indexes (a chunk's bytes / 16 of them), a chunk's worth of data taken
+// for every origin chunk written for the first time since the snapshot,
+// and the next metadata area zeroed as soon as one is full. A write that
+// needs more than the area holds makes the snapshot invalid: reading it
+// fails with an I/O error from then on, as dm-snapshot's does.
 package fakelvm
 
 import (
@@ -76,6 +85,13 @@ type LV struct {
 	// Block device, a copy): lvm2 refuses to deactivate or remove it, and
 	// lvrename does not check.
 	Open bool
+	// Invalid is a snapshot whose copy-on-write area overflowed.
+	Invalid bool
+	// Chunk is a snapshot's chunk size in bytes (lvcreate --chunksize,
+	// lvm2's default 4 KiB); copied holds the origin chunks its
+	// copy-on-write area holds.
+	Chunk  int64
+	copied map[int64]bool
 	// extents are the group's extents the LV maps, in order.
 	extents []int
 }
@@ -112,6 +128,7 @@ func (f *VG) WriteLV(name string, off int64, data []byte) error {
 	if off < 0 || off+int64(len(data)) > int64(len(lv.extents))*ExtentSize {
 		return fmt.Errorf("fakelvm: writing %d bytes at %d beyond the end of %s", len(data), off, name)
 	}
+	f.copyOnWrite(name, off, int64(len(data)))
 	f.write(lv, off, data)
 	return nil
 }
@@ -123,6 +140,9 @@ func (f *VG) ReadLV(name string) ([]byte, error) {
 	lv := f.LVs[name]
 	if lv == nil {
 		return nil, fmt.Errorf("fakelvm: no LV %s", name)
+	}
+	if lv.Invalid {
+		return nil, fmt.Errorf("fakelvm: reading %s: input/output error (invalid snapshot)", name)
 	}
 	return f.read(lv), nil
 }
@@ -258,15 +278,28 @@ func (f *VG) run(name string, args []string) (string, error) {
 		}
 		lv := &LV{}
 		if snap := flag("--snapshot"); snap != "" {
-			lv.Origin = snap[strings.Index(snap, "/")+1:]
+			lv.Origin, lv.Chunk, lv.copied = snap[strings.Index(snap, "/")+1:], 4<<10, map[int64]bool{}
+			if c := flag("--chunksize"); c != "" {
+				if _, err := fmt.Sscanf(c, "%dk", &lv.Chunk); err != nil {
+					return "", fmt.Errorf("lvcreate: the fake reads --chunksize in k only: %q", c)
+				}
+				lv.Chunk <<= 10
+			}
 			if f.LVs[lv.Origin] == nil {
 				//lint:ignore ST1005 lvm2's own message, which the backend parses
 				return "", fmt.Errorf("lvcreate: exit status 5: Snapshot origin LV %s not found in Volume group %s.", lv.Origin, Name)
 			}
 		}
-		if !f.grow(lv, size()) {
+		want := size()
+		if lv.Origin != "" {
+			// lvm2 trims a snapshot to what a copy of every origin chunk
+			// needs ("Reducing COW size ... down to maximum usable size").
+			origin := f.LVs[lv.Origin].Size
+			want = min(want, int64(extents(cowBytes((origin+lv.Chunk-1)/lv.Chunk, lv.Chunk)))*ExtentSize)
+		}
+		if !f.grow(lv, want) {
 			//lint:ignore ST1005 lvm2's own message, which the backend parses
-			return "", fmt.Errorf("lvcreate: exit status 5: Volume group %q has insufficient free space (%d extents): %d required.", Name, f.freeExtents(), extents(size()))
+			return "", fmt.Errorf("lvcreate: exit status 5: Volume group %q has insufficient free space (%d extents): %d required.", Name, f.freeExtents(), extents(want))
 		}
 		for i, a := range args {
 			if a == "--addtag" {
@@ -282,6 +315,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 	case "dd":
 		// The copy from one LV to another: both must be active.
 		var from, to *LV
+		var toName string
 		for _, a := range args {
 			op, dev, _ := strings.Cut(a, "=")
 			if op != "if" && op != "of" {
@@ -291,18 +325,23 @@ func (f *VG) run(name string, args []string) (string, error) {
 			if v == nil || v.Inactive {
 				return "", fmt.Errorf("dd: failed to open '%s': No such file or directory", dev)
 			}
+			if op == "if" && v.Invalid {
+				return "", fmt.Errorf("dd: error reading '%s': Input/output error", dev)
+			}
 			if op == "of" && v.ReadOnly {
 				return "", fmt.Errorf("dd: failed to open '%s': Operation not permitted", dev)
 			}
 			if op == "if" {
 				from = v
 			} else {
-				to = v
+				to, toName = v, path.Base(dev)
 			}
 		}
 		if from != nil && to != nil {
 			data := f.read(from)
-			f.write(to, 0, data[:min(int64(len(data)), to.Size)])
+			n := min(int64(len(data)), to.Size)
+			f.copyOnWrite(toName, 0, n)
+			f.write(to, 0, data[:n])
 		}
 	case "blkdiscard":
 		// Only --zeroout is sure to zero; what a plain discard leaves
@@ -315,6 +354,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 			return "", fmt.Errorf("blkdiscard: cannot open %s: Operation not permitted", last)
 		}
 		if has("--zeroout") || has("-z") {
+			f.copyOnWrite(path.Base(last), 0, v.Size)
 			for _, e := range v.extents {
 				f.data[e] = nil
 			}
@@ -408,6 +448,33 @@ func (f *VG) run(name string, args []string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// copyOnWrite is what dm-snapshot does before n bytes at off of LV origin
+// are written: each snapshot of it that does not hold those chunks yet
+// takes a data chunk for each in its copy-on-write area, and turns invalid
+// when the area, with the header and the metadata chunks indexing the data
+// chunks, cannot hold them. (The data itself is already in the snapshot's
+// extents: see the package comment.)
+func (f *VG) copyOnWrite(origin string, off, n int64) {
+	for _, s := range f.LVs {
+		if s.Origin != origin || s.Invalid || n <= 0 {
+			continue
+		}
+		for c := off / s.Chunk; c <= (off+n-1)/s.Chunk; c++ {
+			s.copied[c] = true
+		}
+		if cowBytes(int64(len(s.copied)), s.Chunk) > s.Size {
+			s.Invalid = true
+		}
+	}
+}
+
+// cowBytes is what a copy-on-write area of chunk-byte chunks needs to hold
+// n data chunks: the header, the data chunks, the metadata chunks indexing
+// them (chunk/16 each) and the next one, zeroed as soon as one is full.
+func cowBytes(n, chunk int64) int64 {
+	return (1 + n + n/(chunk/16) + 1) * chunk
 }
 
 // extents is the number of extents size bytes take, rounded up.
