@@ -37,12 +37,15 @@ var (
 	ErrExists = errors.New("already exists")
 )
 
-// State is where a volume or snapshot is in its life. Intent is recorded
-// before side effects, so a crash leaves a record saying what to undo.
+// State is where a volume or snapshot is in its life. What a crash
+// interrupted is told by its state: an LV is made tagged "creating"; the
+// file backend records a volume only once it is complete, so a data file
+// without a record is one to undo.
 type State string
 
 const (
-	// StateCreating is recorded before any space is allocated.
+	// StateCreating marks an LV being made (and a file-backend record of
+	// an older driver, which wrote one before the data file).
 	StateCreating State = "creating"
 	// StateReady marks a complete volume or snapshot.
 	StateReady State = "ready"

@@ -277,15 +277,11 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	if err := f.clearLeftover(ctx, f.volumes, req.Key); err != nil {
 		return nil, err
 	}
-	// The intent record is written (temporary file, fsync, rename) before
-	// the data file exists. Its directory entry is not synced: if a crash
-	// loses it, the data file is left without a record, and Start removes
-	// such files. The "ready" record below is fully synced before success
-	// is reported.
-	if err := f.writeJSONAtomic(meta, vol, false, fault.CreateVolumeIntentTempWritten); err != nil {
-		return nil, err
-	}
-	f.faults.Reach(fault.CreateVolumeIntentRecorded)
+	// The only record is the "ready" one below, synced together with the
+	// data file before it is renamed into place, its directory entry
+	// synced before success is reported. A crash before that leaves at
+	// most a data file without a record, which Start removes.
+	f.faults.Reach(fault.CreateVolumeWayCleared)
 	// A copy is at least as large as its source's data file.
 	book := req.SizeBytes
 	if st, err := os.Stat(source); source != "" && err == nil {
@@ -683,10 +679,8 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	if err := f.clearLeftover(ctx, f.snapshots, key); err != nil {
 		return nil, err
 	}
-	if err := f.writeJSONAtomic(meta, snap, false, fault.CreateSnapshotIntentTempWritten); err != nil {
-		return nil, err
-	}
-	f.faults.Reach(fault.CreateSnapshotIntentRecorded)
+	// As for a volume, the only record is the "ready" one.
+	f.faults.Reach(fault.CreateSnapshotWayCleared)
 	// Every written extent of the source gets one more sharer, whose
 	// rewrite the disk must be able to hold.
 	written, err := writtenBytes(f.volumeFile(sourceKey))

@@ -122,7 +122,7 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 // check and before fallocate, so fallocate really fails with ENOSPC.
 func TestCreateVolumeDiskFillsDuringFallocate(t *testing.T) {
 	var e *env
-	fill := fault.At(fault.CreateVolumeIntentRecorded, func() {
+	fill := fault.At(fault.CreateVolumeWayCleared, func() {
 		// Take nearly all free space with a file outside diskfit's dirs.
 		var st unix.Statfs_t
 		if err := unix.Statfs(e.paths["only"], &st); err != nil {

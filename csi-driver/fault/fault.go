@@ -47,18 +47,15 @@ func Steps() []Step { return slices.Clone(steps) }
 
 // The steps of the file backend and the node service, in operation order.
 var (
-	// CreateVolumeIntentTempWritten: the "creating" record is a synced
-	// temporary file, not yet renamed into place.
-	CreateVolumeIntentTempWritten = declare("CreateVolume/intent-temp-written")
-	// CreateVolumeIntentRecorded: the "creating" record is in place, no
-	// data file exists.
-	CreateVolumeIntentRecorded = declare("CreateVolume/intent-recorded")
+	// CreateVolumeWayCleared: what an earlier attempt left is removed; no
+	// file of the volume exists.
+	CreateVolumeWayCleared = declare("CreateVolume/way-cleared")
 	// CreateVolumeDataAllocated: the data file is allocated, not yet
 	// synced (that happens with the "ready" record's temporary file), and
-	// the record still says "creating".
+	// has no record.
 	CreateVolumeDataAllocated = declare("CreateVolume/data-allocated")
 	// CreateVolumeReadyTempWritten: the "ready" record is a synced
-	// temporary file, not yet renamed over the intent; the data file is
+	// temporary file, not yet renamed into place; the data file is
 	// synced.
 	CreateVolumeReadyTempWritten = declare("CreateVolume/ready-temp-written")
 	// CreateVolumeReadyRecorded: the volume is complete; the caller has
@@ -109,12 +106,10 @@ var (
 	// has not been answered.
 	NodeExpandVolumeFilesystemGrown = declare("NodeExpandVolume/filesystem-grown")
 
-	// CreateSnapshotIntentTempWritten: as for CreateVolume.
-	CreateSnapshotIntentTempWritten = declare("CreateSnapshot/intent-temp-written")
-	// CreateSnapshotIntentRecorded: as for CreateVolume.
-	CreateSnapshotIntentRecorded = declare("CreateSnapshot/intent-recorded")
+	// CreateSnapshotWayCleared: as for CreateVolume.
+	CreateSnapshotWayCleared = declare("CreateSnapshot/way-cleared")
 	// CreateSnapshotDataCloned: the reflink copy is made, not yet synced,
-	// the record still says "creating".
+	// and has no record.
 	CreateSnapshotDataCloned = declare("CreateSnapshot/data-cloned")
 	// CreateSnapshotReadyTempWritten: as for CreateVolume.
 	CreateSnapshotReadyTempWritten = declare("CreateSnapshot/ready-temp-written")
