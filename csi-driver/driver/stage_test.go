@@ -316,14 +316,7 @@ func TestStageOlderRecords(t *testing.T) {
 func TestCopiesKeepTheirFilesystem(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
 	cap := mountCap()
-	src := e.mustCreate(t, createReq("pvc-copy-src", 300*mi))
-	staging := e.stage(t, src.VolumeId, cap)
-	writeSynced(t, filepath.Join(staging, "data"), []byte("copied"))
-	e.teardownNode(t, src.VolumeId, staging)
-	snap, err := e.d.CreateSnapshot(e.ctx, &csi.CreateSnapshotRequest{Name: "snap-copy", SourceVolumeId: src.VolumeId})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, snap := e.copySource(t, "pvc-copy-src", 300*mi, cap)
 	fresh := e.mustCreate(t, createReq("pvc-copy-fresh", 300*mi))
 	from := func(name string, source *csi.VolumeContentSource) *csi.Volume {
 		req := createReq(name, 300*mi)
@@ -334,7 +327,7 @@ func TestCopiesKeepTheirFilesystem(t *testing.T) {
 		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
 	}
 	restored := from("pvc-copy-restored", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}})
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.SnapshotId}}})
 	cloned := from("pvc-copy-cloned", volumeSource(src.VolumeId))
 	freshClone := from("pvc-copy-fresh-clone", volumeSource(fresh.VolumeId))
 	for key, want := range map[string]string{
@@ -352,7 +345,7 @@ func TestCopiesKeepTheirFilesystem(t *testing.T) {
 		}
 		e.teardown(t, vol.VolumeId, staging)
 	}
-	staging = e.stage(t, freshClone.VolumeId, cap)
+	staging := e.stage(t, freshClone.VolumeId, cap)
 	e.useVolume(t, freshClone.VolumeId, staging, "fresh-clone", cap)
 }
 
@@ -469,4 +462,63 @@ func TestFailedRestageKeepsPublishedBlockDevice(t *testing.T) {
 	}
 	os.Remove(filepath.Join(e.paths["xfs"], "fill"))
 	_ = target
+}
+
+// TestLargerCopyGetsTheWholeVolume: a restore or clone asked for larger
+// than its source (a 400 MiB snapshot restored into an 800 MiB claim) is
+// made at the size asked for, and its filesystem, which the copy carries
+// at its source's size, fills the volume once staged: the claim's
+// capacity is what the pod can write. No expansion is ever asked for such
+// a volume (the PVC's capacity is already the PV's), so the stage is the
+// only moment to grow it.
+func TestLargerCopyGetsTheWholeVolume(t *testing.T) {
+	for _, fsType := range []string{"xfs", "ext4"} {
+		t.Run(fsType, func(t *testing.T) {
+			e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+			cap := withFS(mountCap(), fsType)
+			src, snap := e.copySource(t, "pvc-small-src", 400*mi, cap)
+			for name, source := range map[string]*csi.VolumeContentSource{
+				"pvc-larger-restore": {Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.SnapshotId}}},
+				"pvc-larger-clone":   {Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.VolumeId}}},
+			} {
+				req := createReq(name, 800*mi)
+				req.VolumeCapabilities = []*csi.VolumeCapability{cap}
+				req.VolumeContentSource = source
+				vol := e.mustCreate(t, req)
+				if vol.CapacityBytes != 800*mi {
+					t.Fatalf("%s has %d bytes, want %d", name, vol.CapacityBytes, 800*mi)
+				}
+				staging := e.stage(t, vol.VolumeId, cap)
+				if data, err := os.ReadFile(filepath.Join(staging, "data")); err != nil || string(data) != "copied" {
+					t.Errorf("%s reads %q, %v", name, data, err)
+				}
+				var st unix.Statfs_t
+				if err := unix.Statfs(staging, &st); err != nil {
+					t.Fatal(err)
+				}
+				// Filesystem metadata takes a few percent; a filesystem still
+				// at the source's 400 MiB is far below this.
+				if fsBytes := int64(st.Blocks) * st.Frsize; fsBytes < 700*mi {
+					t.Errorf("%s: the staged %s filesystem has %d bytes (%d MiB) on a volume of %d MiB: the copy's filesystem was not grown to the volume",
+						name, fsType, fsBytes, fsBytes/mi, vol.CapacityBytes/mi)
+				}
+				e.teardown(t, vol.VolumeId, staging)
+			}
+		})
+	}
+}
+
+// copySource makes a volume of size for cap that holds the file "data"
+// reading "copied", unstaged, and a snapshot of it, for tests of copies.
+func (e *env) copySource(t *testing.T, name string, size int64, cap *csi.VolumeCapability) (*csi.Volume, *csi.Snapshot) {
+	t.Helper()
+	src := e.createWith(t, name, size, cap)
+	staging := e.stage(t, src.VolumeId, cap)
+	writeSynced(t, filepath.Join(staging, "data"), []byte("copied"))
+	e.teardownNode(t, src.VolumeId, staging)
+	snap, err := e.d.CreateSnapshot(e.ctx, &csi.CreateSnapshotRequest{Name: "snap-" + name, SourceVolumeId: src.VolumeId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, snap.Snapshot
 }
