@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -294,60 +293,25 @@ func (d *Driver) formatAndMount(ctx context.Context, dk *disk, id, key string, c
 	}
 }
 
-// growXFSToVolume grows the XFS mounted at target to its device when it
-// is smaller than the device and the device is no larger than the
-// volume's recorded size: a restore or clone made larger than its source
-// carries the source's filesystem, and no expansion ever follows for it
-// (its claim has that size already), so without this its pod would get
-// the source's size for good. (ext4 is grown offline before it is
-// mounted, growExtOffline.) A device larger than the record, which only an
+// growXFSToVolume grows the XFS mounted at target to its device, as
+// NodeExpandVolume does, when the device is no larger than the volume's
+// recorded size: a restore or clone made larger than its source carries
+// the source's filesystem, and no expansion ever follows for it (its
+// claim has that size already), so without this its pod would get the
+// source's size for good. xfs_growfs leaves a filesystem that fills its
+// device as it is. (ext4 is grown offline before it is mounted,
+// growExtOffline.) A device larger than the record, which only an
 // expansion cut short leaves, is left to the retried expansion: start
 // cuts such a file back once no device holds it. A failure is logged: the
 // volume works at the size it has, and the next stage or expansion grows
 // it.
 func (d *Driver) growXFSToVolume(ctx context.Context, id, dev, target string, recorded int64) {
-	logger := klog.FromContext(ctx)
-	fsBytes, err := xfsDataBytes(target)
-	if err != nil {
-		logger.Error(err, "Cannot tell whether the filesystem fills the volume", "volume", id)
+	if devBytes, err := deviceSize(dev); err != nil || devBytes > recorded {
 		return
 	}
-	devBytes, err := deviceSize(dev)
-	if err != nil || fsBytes >= devBytes || devBytes > recorded {
-		return
+	if _, err := mount.NewResizeFs(d.exec).Resize(dev, target); err != nil {
+		klog.FromContext(ctx).Error(err, "Growing the filesystem to its volume; it keeps its size until the next stage or expansion", "volume", id)
 	}
-	logger.Info("Growing XFS filesystem to its volume", "volume", id, "device", dev, "from", fsBytes, "to", devBytes)
-	if out, err := d.exec.CommandContext(ctx, "xfs_growfs", "-d", target).CombinedOutput(); err != nil {
-		logger.Error(err, "Growing the filesystem to its volume; it keeps its size until the next stage or expansion", "volume", id, "output", string(out))
-	}
-}
-
-// xfsGeometryV1 is the start of struct xfs_fsop_geom_v1 (linux/xfs_fs.h),
-// which XFS_IOC_FSGEOMETRY_V1 fills (112 bytes).
-type xfsGeometryV1 struct {
-	blocksize  uint32
-	_          [28]byte
-	datablocks uint64
-	_          [72]byte
-}
-
-// xfsIOCFSGeometryV1 is _IOR('X', 100, struct xfs_fsop_geom_v1).
-const xfsIOCFSGeometryV1 = 0x80705864
-
-// xfsDataBytes returns the size of the data section of the XFS mounted at
-// path, which mkfs and xfs_growfs make as large as the device allows.
-// (statfs leaves an internal log out of it.)
-func xfsDataBytes(path string) (int64, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	var g xfsGeometryV1
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), xfsIOCFSGeometryV1, uintptr(unsafe.Pointer(&g))); errno != 0 {
-		return 0, fmt.Errorf("reading the XFS geometry of %s: %w", path, errno)
-	}
-	return int64(g.datablocks) * int64(g.blocksize), nil
 }
 
 // formatFresh formats a volume that holds no data (forced: a torn
