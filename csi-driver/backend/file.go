@@ -38,8 +38,10 @@ type File struct {
 	// later means the disk's filesystem was unmounted from under us.
 	dev uint64
 	// volumesDev is the device number of the volume directory's
-	// filesystem at Start (see loopFile).
-	volumesDev uint64
+	// filesystem, taken by Start before it takes the disk (see loopFile):
+	// a driver that cannot serve the disk yet (another one holds it) still
+	// finds and frees the volumes' loop devices.
+	volumesDev atomic.Uint64
 	// reflink is the reflink probe's answer (hasReflink).
 	reflink atomic.Int32
 	// claimed says that the state directory's disk record names this
@@ -87,6 +89,13 @@ func (f *File) Start(ctx context.Context) (err error) {
 	if err := f.makeStateDirs(); err != nil {
 		return err
 	}
+	// The volumes' own filesystem, as their loop devices report it: the
+	// disk's, unless diskfit/ is a filesystem or btrfs subvolume of its own.
+	var st unix.Stat_t
+	if err := unix.Stat(f.volumes, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", f.volumes, err)
+	}
+	f.volumesDev.Store(st.Dev)
 	if err := f.lockDisk(); err != nil {
 		return err
 	}
@@ -98,17 +107,10 @@ func (f *File) Start(ctx context.Context) (err error) {
 	if err := f.claimStateDir(ctx); err != nil {
 		return err
 	}
-	var st unix.Stat_t
 	if err := unix.Stat(f.path, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", f.path, err)
 	}
 	f.dev = st.Dev
-	// The volumes' own filesystem, as their loop devices report it: the
-	// disk's, unless diskfit/ is a filesystem or btrfs subvolume of its own.
-	if err := unix.Stat(f.volumes, &st); err != nil {
-		return fmt.Errorf("stat %s: %w", f.volumes, err)
-	}
-	f.volumesDev = st.Dev
 	f.reflink.Store(reflinkUnknown)
 	f.hasReflink()
 	if err := f.recover(ctx, f.volumes); err != nil {
@@ -239,7 +241,7 @@ func (f *File) loopFile(key string) loop.File {
 	if err != nil {
 		rel = path // never: the volume directory is below f.path
 	}
-	return loop.File{Path: path, Dev: f.volumesDev, Name: "/" + rel}
+	return loop.File{Path: path, Dev: f.volumesDev.Load(), Name: "/" + rel}
 }
 
 // CreateVolume implements Backend.

@@ -51,6 +51,44 @@ func TestSecondDriverOnADiskWaits(t *testing.T) {
 	}
 }
 
+// TestSecondDriverUnstagesWhileTheFirstHoldsTheDisk: the kubelet unstages
+// a volume through the driver it now talks to while the one it staged the
+// volume through still holds the disk (terminating in a rollout). The
+// second driver cannot serve the disk, but it frees the volume's device
+// or says it did not: an unstage answered OK over a device left attached
+// keeps the volume "in use" for good, every DeleteVolume refused.
+func TestSecondDriverUnstagesWhileTheFirstHoldsTheDisk(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: gi}}, nil)
+	vol := e.mustCreate(t, createReq("pvc-staged", 300*mi))
+	staging := e.stage(t, vol.VolumeId, mountCap())
+	second, err := New(e.d.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Start(e.ctx)
+	t.Cleanup(func() { stopDisks(second) })
+
+	_, err = second.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging})
+	dev, derr := e.d.disk("only").backend.Device(e.ctx, "pvc-staged")
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	if err == nil && dev != "" {
+		t.Errorf("the second driver answered the unstage OK and left %s attached", dev)
+	}
+	stopDisks(e.d) // the first driver exits
+	second.publish(e.ctx)
+	if err != nil {
+		// The kubelet retries.
+		if _, err := second.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging}); err != nil {
+			t.Fatalf("unstage once the first driver is gone: %v", err)
+		}
+	}
+	if _, err := second.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: vol.VolumeId}); err != nil {
+		t.Errorf("DeleteVolume after the unstage: %v", err)
+	}
+}
+
 // TestSecondDriverOnAVolumeGroupWaits is TestSecondDriverOnADiskWaits for
 // an lvm disk: a second driver starts while the first clones a volume (the
 // new LV made, its data being copied). It leaves the clone alone and
