@@ -67,17 +67,16 @@ func (p DiskNodePublisher) Spec(ctx context.Context) (*v1alpha1.DiskNodeSpec, er
 	return &dn.Spec, nil
 }
 
+// create makes the node's DiskNode, for a Node that exists. It has no
+// owner reference to the Node: the garbage collector would delete it with
+// the Node, and an admin's cordon in its spec with it, when the Node is
+// deleted and registered again; diskfit-controller deletes the DiskNodes
+// of Nodes that are gone (csi-driver/lifecycle/disknodes.go).
 func (p DiskNodePublisher) create(ctx context.Context) (*v1alpha1.DiskNode, error) {
-	node, err := p.Kube.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("reading Node %s for the DiskNode's owner: %w", p.NodeName, err)
+	if _, err := p.Kube.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{}); err != nil {
+		return nil, fmt.Errorf("reading Node %s: a DiskNode is made for a registered node only: %w", p.NodeName, err)
 	}
-	dn := &v1alpha1.DiskNode{ObjectMeta: metav1.ObjectMeta{
-		Name: p.NodeName,
-		OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
-		}},
-	}}
+	dn := &v1alpha1.DiskNode{ObjectMeta: metav1.ObjectMeta{Name: p.NodeName}}
 	created, err := p.DiskFit.DiskfitV1alpha1().DiskNodes().Create(ctx, dn, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return p.DiskFit.DiskfitV1alpha1().DiskNodes().Get(ctx, p.NodeName, metav1.GetOptions{})

@@ -110,6 +110,9 @@ type Controller struct {
 	// nodeGoneSince is when the API server first answered NotFound for a
 	// node with claims to release.
 	nodeGoneSince map[string]time.Time
+	// diskNodeGoneSince is when a pass first saw a DiskNode with an empty
+	// spec whose Node the cache does not have (disknodes.go).
+	diskNodeGoneSince map[string]time.Time
 	// failing holds the disks seen unhealthy in a fresh status.
 	failing map[diskfit.Location]*failure
 	// reports holds, per node, the last DiskNode report seen and when,
@@ -136,15 +139,16 @@ func New(client kubernetes.Interface, df versioned.Interface, factory informers.
 	}
 	c := &Controller{
 		opts: opts, client: client, diskfit: df, recorder: recorder,
-		nodes:         factory.Core().V1().Nodes().Lister(),
-		pvs:           factory.Core().V1().PersistentVolumes().Lister(),
-		pvcs:          factory.Core().V1().PersistentVolumeClaims().Lister(),
-		classes:       factory.Storage().V1().StorageClasses().Lister(),
-		diskNodes:     dfFactory.Diskfit().V1alpha1().DiskNodes().Lister(),
-		changed:       make(chan struct{}, 1),
-		nodeGoneSince: map[string]time.Time{},
-		failing:       map[diskfit.Location]*failure{},
-		reports:       map[string]report{},
+		nodes:             factory.Core().V1().Nodes().Lister(),
+		pvs:               factory.Core().V1().PersistentVolumes().Lister(),
+		pvcs:              factory.Core().V1().PersistentVolumeClaims().Lister(),
+		classes:           factory.Storage().V1().StorageClasses().Lister(),
+		diskNodes:         dfFactory.Diskfit().V1alpha1().DiskNodes().Lister(),
+		changed:           make(chan struct{}, 1),
+		nodeGoneSince:     map[string]time.Time{},
+		diskNodeGoneSince: map[string]time.Time{},
+		failing:           map[diskfit.Location]*failure{},
+		reports:           map[string]report{},
 	}
 	kick := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { c.kick() },
@@ -209,6 +213,7 @@ func (c *Controller) Pass(ctx context.Context) {
 	}
 	c.releaseLostNodes(ctx, claims)
 	c.releaseFailedDisks(ctx, claims)
+	c.tidyDiskNodes(ctx)
 }
 
 // claimsByDisk returns the bound claims on diskfit volumes, by where the
@@ -270,16 +275,14 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 	}
 	now := c.opts.Clock.Now()
 	for name, list := range lost {
-		// A GET without resourceVersion is a quorum read: the API server's
-		// answer, not a cache's.
-		_, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		exists, err := c.nodeExists(ctx, name)
 		switch {
-		case err == nil:
+		case err != nil:
+			logger.Error(err, "Reading a Node missing from the cache; its claims are not released now", "node", name)
+			continue
+		case exists:
 			logger.V(2).Info("Node missing from the cache exists; its claims stay", "node", name)
 			delete(c.nodeGoneSince, name)
-			continue
-		case !apierrors.IsNotFound(err):
-			logger.Error(err, "Reading a Node missing from the cache; its claims are not released now", "node", name)
 			continue
 		}
 		since, ok := c.nodeGoneSince[name]

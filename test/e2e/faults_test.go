@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // The scheduler is killed (SIGKILL) after it has written claims' node and
@@ -162,6 +163,11 @@ func observed(t *testing.T, node string) metav1.Time {
 // (the pod garbage collector's job in a real cluster, done by the test
 // here), the StatefulSet recreates the claim and the pod, which run on a
 // live node. On a cluster of its own: the deleted node does not come back.
+//
+// A disk of that node was taken out of service before: its DiskNode, the
+// cordon in its spec, outlives the Node, and when a Node of that name
+// registers again (created by the test here, as a kubelet registering
+// anew does) the cordon still holds.
 func TestStatefulSetMovesOffADeletedNode(t *testing.T) {
 	needLocal(t)
 	second := startSecondCluster(t)
@@ -184,6 +190,20 @@ func TestStatefulSetMovesOffADeletedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	df := second.diskfit(t)
+	dn, err := df.DiskfitV1alpha1().DiskNodes().Get(ctx, first.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cordoned := dn.Status.Disks[0].Name
+	dn.Spec.Disks = append(dn.Spec.Disks, v1alpha1.DiskSpec{Name: cordoned, Unschedulable: true, Reason: "SMART errors"})
+	if _, err := df.DiskfitV1alpha1().DiskNodes().Update(ctx, dn, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lostNode, err := client.CoreV1().Nodes().Get(ctx, first.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := client.CoreV1().Nodes().Delete(ctx, first.Spec.NodeName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +234,39 @@ func TestStatefulSetMovesOffADeletedNode(t *testing.T) {
 		t.Errorf("the PV %s of the deleted node was not removed: %v", firstClaim.Spec.VolumeName, err)
 	}
 	t.Logf("pod moved from deleted node %s to %s with a new claim", first.Spec.NodeName, moved.Spec.NodeName)
+
+	// The Node has been gone longer than the grace time by now.
+	wantCordon := func(when string) {
+		t.Helper()
+		dn, err := df.DiskfitV1alpha1().DiskNodes().Get(ctx, first.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s: the DiskNode of %s, which takes disk %s out of service, is gone: %v", when, first.Spec.NodeName, cordoned, err)
+		}
+		if out, _ := dn.Spec.DiskUnschedulable(cordoned); !out {
+			t.Fatalf("%s: the cordon of disk %s/%s is lost: spec %+v", when, first.Spec.NodeName, cordoned, dn.Spec)
+		}
+	}
+	wantCordon("the Node deleted")
+	again := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: lostNode.Name, Labels: lostNode.Labels}}
+	if _, err := client.CoreV1().Nodes().Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The node's driver cannot report here: its token was bound to the
+	// deleted Node's UID (a real DaemonSet pod gets a new one). The
+	// DiskNode, cordon and all, must stay with the Node back: neither the
+	// garbage collector nor diskfit-controller may take it.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		dn, err := df.DiskfitV1alpha1().DiskNodes().Get(ctx, first.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		out, _ := dn.Spec.DiskUnschedulable(cordoned)
+		return !out, nil
+	})
+	if !wait.Interrupted(err) {
+		t.Fatalf("with the Node registered again, the DiskNode or its cordon went: %v", err)
+	}
+	wantCordon("the Node registered again")
 }
 
 // waitRunning waits until the default namespace's pod is Running, and is

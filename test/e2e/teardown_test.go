@@ -18,9 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
 	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
@@ -134,15 +136,30 @@ func startSecondCluster(t *testing.T) *secondCluster {
 // client returns an admin clientset of the second cluster.
 func (c *secondCluster) client(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	config, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := kubernetes.NewForConfig(config)
+	client, err := kubernetes.NewForConfig(c.config(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return client
+}
+
+// diskfit returns a client of the cluster's diskfit API.
+func (c *secondCluster) diskfit(t *testing.T) versioned.Interface {
+	t.Helper()
+	client, err := versioned.NewForConfig(c.config(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+func (c *secondCluster) config(t *testing.T) *rest.Config {
+	t.Helper()
+	config, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return config
 }
 
 // runPodWithVolume runs a pod with a diskfit volume in the cluster of
