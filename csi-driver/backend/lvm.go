@@ -128,7 +128,7 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 				return fmt.Errorf("rolling back interrupted operation: %w", err)
 			}
 			pending = true
-		case lv.snapshot && lv.origin != "" && lv.area <= lv.size:
+		case lv.snapshot && lv.origin != "" && lv.area < cowNeeded(lv.size):
 			l.growSnapshot(ctx, lv)
 		}
 	}
@@ -202,10 +202,25 @@ const snapshotChunk = 4 << 10
 // whole extents; an area of the origin's size is a few chunks short, and
 // a snapshot whose area overflows turns invalid and unreadable.
 func cowSize(size int64) int64 {
+	n := cowChunks(size)
+	return roundExtent((n + (n+63)/64) * snapshotChunk)
+}
+
+// cowNeeded is the least area that holds a rewrite of a whole origin of
+// size bytes: cowSize without the 1/64 for kernels that leak chunks, what
+// lvm2 trims a larger request to on other kernels. A snapshot whose area
+// is smaller (one made before cowSize) is enlarged at start.
+func cowNeeded(size int64) int64 {
+	return roundExtent(cowChunks(size) * snapshotChunk)
+}
+
+// cowChunks is the header chunk, the data chunks and the metadata chunks
+// of a full copy-on-write area for an origin of size bytes (lvm2's
+// _cow_max_size).
+func cowChunks(size int64) int64 {
 	chunks := (size + snapshotChunk - 1) / snapshotChunk
 	const perArea = snapshotChunk / 16
-	n := 1 + chunks + (chunks+perArea)/perArea
-	return roundExtent((n + (n+63)/64) * snapshotChunk)
+	return 1 + chunks + (chunks+perArea)/perArea
 }
 
 func (l *LVM) lvPath(name string) string { return lvm.DevicePath(l.vg, name) }
@@ -469,9 +484,9 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 	return l.GetSnapshot(ctx, key)
 }
 
-// growSnapshot gives a snapshot whose copy-on-write area is no larger
-// than its origin was (one made before cowSize) the room a rewrite of its
-// whole origin needs, its size recorded first. Without room in the group
+// growSnapshot gives a snapshot whose copy-on-write area is smaller than
+// a rewrite of its whole origin needs (one made before cowSize) that room,
+// its size recorded first. Without room in the group
 // it stays as it is, logged, and the next start tries again.
 func (l *LVM) growSnapshot(ctx context.Context, s lv) {
 	logger := klog.FromContext(ctx).WithValues("volumeGroup", l.vg, "lv", s.name)

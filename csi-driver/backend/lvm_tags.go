@@ -22,7 +22,7 @@ const (
 	// tagSize holds a snapshot's size: its source's when it was taken,
 	// what a restore gets. The LV's own size is its copy-on-write area
 	// (cowSize), larger. A snapshot without the tag was made with an
-	// area of its source's size, which is then its size.
+	// area of its source's size, which is then its size (decodeLVs).
 	tagSize = tagPrefix + "size="
 	// tagContent holds a volume's Content; an LV without it was made
 	// before the tag existed (ContentUnknown).
@@ -59,15 +59,27 @@ type lv struct {
 
 // decodeLVs keeps diskfit's LVs of an lvs report (those with a name tag),
 // tags decoded, so other LVs sharing the group are left alone.
+//
+// A snapshot without a size tag was made with an area of its origin's
+// size, but lvm2 may have enlarged the area since (dmeventd's
+// snapshot_autoextend_threshold, an lvextend by hand): its size is its
+// area's only up to its origin's.
 func decodeLVs(raws []lvm.LV) ([]lv, error) {
 	var lvs []lv
+	sizes := make(map[string]int64, len(raws))
 	for _, raw := range raws {
+		sizes[raw.Name] = raw.SizeBytes
 		v, ours, err := decodeLV(raw)
 		if err != nil {
 			return nil, err
 		}
 		if ours {
 			lvs = append(lvs, v)
+		}
+	}
+	for i, v := range lvs {
+		if origin, ok := sizes[v.origin]; ok && v.snapshot && !v.sizeTag {
+			lvs[i].size = min(v.area, origin)
 		}
 	}
 	return lvs, nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -425,19 +426,8 @@ func TestLVMSnapshotSurvivesARewriteOfItsOrigin(t *testing.T) {
 // the next start.
 func TestLVMOlderSnapshotIsEnlarged(t *testing.T) {
 	ctx := context.Background()
-	vg := fakelvm.New(4 * ext)
-	lockDir := t.TempDir()
-	l := startWipeLVM(t, vg, lockDir)
-	createVolume(t, l, "origin", ext)
 	then := bytes.Repeat([]byte{0x5a}, int(ext))
-	if err := vg.WriteLV("v-origin", 0, then); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := vg.Run(ctx, "lvcreate", "--yes", "--name", "s-old", "--size", "4194304b",
-		"--addtag", tagName+"b2xk", "--addtag", tagState+"ready", "--addtag", tagSource+"origin", "--addtag", tagSnapshot,
-		"--snapshot", "vg0/v-origin"); err != nil {
-		t.Fatal(err)
-	}
+	vg, lockDir, l := withOlderSnapshot(t, then)
 	vg.Create("other", 2*ext) // not diskfit's: leaves no room
 	l.Close()
 
@@ -475,4 +465,56 @@ func TestLVMOlderSnapshotIsEnlarged(t *testing.T) {
 	if n := strings.Count(strings.Join(vg.LVs["s-old"].Tags, ","), tagSize); n != 1 {
 		t.Errorf("%d size tags: %q", n, vg.LVs["s-old"].Tags)
 	}
+}
+
+// TestLVMOlderSnapshotExtendedByLVM2KeepsItsSourcesSize: a snapshot made
+// before the size tag whose area lvm2 already made larger than its origin
+// (dmeventd's snapshot_autoextend_threshold, or an lvextend by hand) is
+// still of its origin's size: what a restore needs and gets. Its area
+// holds a rewrite of the whole origin already and is left as it is.
+func TestLVMOlderSnapshotExtendedByLVM2KeepsItsSourcesSize(t *testing.T) {
+	ctx := context.Background()
+	vg, lockDir, l := withOlderSnapshot(t, nil)
+	// lvm2's own bound for a 4 MiB origin is two extents.
+	if _, err := vg.Run(ctx, "lvextend", "--size", "8388608b", "vg0/s-old"); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+
+	l = startWipeLVM(t, vg, lockDir)
+	defer l.Close()
+	snap, err := l.GetSnapshot(ctx, "old")
+	if err != nil || snap.SizeBytes != ext {
+		t.Errorf("snapshot after the start: %+v, %v; want its origin's size %d", snap, err, ext)
+	}
+	if got := len(vg.Extents("s-old")); got != 2 {
+		t.Errorf("snapshot's area: %d extents, want 2 (as lvm2 left it)", got)
+	}
+	for _, tag := range vg.LVs["s-old"].Tags {
+		if strings.HasPrefix(tag, tagSize) && tag != tagSize+strconv.FormatInt(ext, 10) {
+			t.Errorf("size tag %q, want the origin's size %d", tag, ext)
+		}
+	}
+}
+
+// withOlderSnapshot starts a backend on a group of four extents with a
+// volume "origin" of one, holding data when given, and its snapshot "old"
+// made as a driver did before the size tag: an area of its origin's size.
+func withOlderSnapshot(t *testing.T, data []byte) (*fakelvm.VG, string, *LVM) {
+	t.Helper()
+	vg := fakelvm.New(4 * ext)
+	lockDir := t.TempDir()
+	l := startWipeLVM(t, vg, lockDir)
+	createVolume(t, l, "origin", ext)
+	if data != nil {
+		if err := vg.WriteLV("v-origin", 0, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := vg.Run(context.Background(), "lvcreate", "--yes", "--name", "s-old", "--size", "4194304b",
+		"--addtag", tagName+"b2xk", "--addtag", tagState+"ready", "--addtag", tagSource+"origin", "--addtag", tagSnapshot,
+		"--snapshot", "vg0/v-origin"); err != nil {
+		t.Fatal(err)
+	}
+	return vg, lockDir, l
 }

@@ -22,11 +22,12 @@ import (
 
 // The file backend's records. A disk's filesystem holds
 // <path>/diskfit/volumes/<key>.json (the record) and <key>.img (the data),
-// the same under snapshots/. A record is written before its data file
-// exists, a deletion removes it before the data, and it is only ever
-// replaced atomically (writeJSONAtomic). Whatever a crash interrupts
-// therefore leaves a record that is not ready, a data file without a
-// record, or a data file larger than its record, and Start puts each
+// the same under snapshots/. A record is written only once its data file
+// is complete (synced with it), a deletion removes it before the data, and
+// it is only ever replaced atomically (writeJSONAtomic). Whatever a crash
+// interrupts therefore leaves a data file without a record, a data file
+// larger than its record, or (from an older driver, which wrote one
+// before the data file) a record that is not ready, and Start puts each
 // right (recovery.go). The backend serving the disk holds a lock on
 // <path>/diskfit itself (lockDisk).
 
@@ -276,9 +277,9 @@ func (f *File) clearLeftover(ctx context.Context, dir, key string) error {
 	return f.removePair(ctx, dir, key)
 }
 
-// removePair removes a data file and then its record, so that a record
-// always exists while data does; used to undo a creation and to clear the
-// way for one. The directory is synced only when something was removed:
+// removePair removes a data file and then its record, so that no ready
+// record is ever left without its data; used to undo a creation and to
+// clear the way for one. The directory is synced only when something was removed:
 // removing nothing, what clearing the way for a creation usually comes
 // to, changes nothing a sync could make durable.
 func (f *File) removePair(_ context.Context, dir, key string) error {

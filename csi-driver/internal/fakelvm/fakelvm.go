@@ -294,8 +294,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 		if lv.Origin != "" {
 			// lvm2 trims a snapshot to what a copy of every origin chunk
 			// needs ("Reducing COW size ... down to maximum usable size").
-			origin := f.LVs[lv.Origin].Size
-			want = min(want, int64(extents(cowBytes((origin+lv.Chunk-1)/lv.Chunk, lv.Chunk)))*ExtentSize)
+			want = min(want, f.cowMax(lv))
 		}
 		if !f.grow(lv, want) {
 			//lint:ignore ST1005 lvm2's own message, which the backend parses
@@ -424,9 +423,19 @@ func (f *VG) run(name string, args []string) (string, error) {
 				}
 			}
 		case "lvextend":
-			if !f.grow(lv, size()) {
+			want := size()
+			if lv.Origin != "" {
+				// As lvcreate, lvm2 trims a snapshot to its bound ("Reached
+				// maximum COW size"), and refuses a size that is no change.
+				want = min(want, f.cowMax(lv))
+				if extents(want) <= len(lv.extents) {
+					//lint:ignore ST1005 lvm2's own message
+					return "", fmt.Errorf("lvextend: exit status 5: New size (%d extents) matches existing size (%d extents).", len(lv.extents), len(lv.extents))
+				}
+			}
+			if !f.grow(lv, want) {
 				//lint:ignore ST1005 lvm2's own message, which the backend parses
-				return "", fmt.Errorf("Insufficient free space: %d extents needed, but only %d available", extents(size())-len(lv.extents), f.freeExtents())
+				return "", fmt.Errorf("Insufficient free space: %d extents needed, but only %d available", extents(want)-len(lv.extents), f.freeExtents())
 			}
 		case "lvremove":
 			if lv.Open {
@@ -468,6 +477,14 @@ func (f *VG) copyOnWrite(origin string, off, n int64) {
 			s.Invalid = true
 		}
 	}
+}
+
+// cowMax is lvm2's bound for snapshot lv's area, what a copy of every
+// chunk of its origin needs, in whole extents (cow_max_extents on a kernel
+// that does not leak chunks).
+func (f *VG) cowMax(lv *LV) int64 {
+	origin := f.LVs[lv.Origin].Size
+	return int64(extents(cowBytes((origin+lv.Chunk-1)/lv.Chunk, lv.Chunk))) * ExtentSize
 }
 
 // cowBytes is what a copy-on-write area of chunk-byte chunks needs to hold
