@@ -237,7 +237,7 @@ func TestStatusRetriesUntilNodeExists(t *testing.T) {
 	}
 	if err := waitFor(ctx, func() (bool, error) {
 		dn, err := e.diskfit.DiskfitV1alpha1().DiskNodes().Get(ctx, testNode, metav1.GetOptions{})
-		return err == nil && len(dn.OwnerReferences) == 1 && dn.OwnerReferences[0].UID == "uid-new", nil
+		return err == nil && len(dn.Status.Disks) > 0, nil
 	}); err != nil {
 		t.Fatalf("waiting for the DiskNode after the Node appeared: %v", err)
 	}
