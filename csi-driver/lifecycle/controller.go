@@ -22,6 +22,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -301,7 +302,11 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 		}
 		for _, cl := range list {
 			if err := ReleaseWithNode(ctx, c.client, cl); err != nil {
-				logger.Error(err, "Releasing a claim of a deleted node", "node", name, "pvc", klog.KObj(cl.PVC))
+				if errors.Is(err, ErrClaimChanged) {
+					logger.Info("Claim changed since it was chosen for release; the next pass looks again", "node", name, "pvc", klog.KObj(cl.PVC))
+				} else {
+					logger.Error(err, "Releasing a claim of a deleted node", "node", name, "pvc", klog.KObj(cl.PVC))
+				}
 				continue
 			}
 			loc, _ := diskfit.PVLocation(cl.PV)
@@ -387,13 +392,15 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 			// The cache nominated the claim; its owner may have opted out
 			// since. The API server's copy decides, and the delete carries
 			// its resourceVersion.
-			pvc, err := c.client.CoreV1().PersistentVolumeClaims(cl.PVC.Namespace).Get(ctx, cl.PVC.Name, metav1.GetOptions{})
-			if err != nil || pvc.UID != cl.PVC.UID || !diskfit.ReleasedOnDiskLoss(pvc, cl.Class) {
-				logger.V(2).Info("Claim no longer to release", "pvc", klog.KObj(cl.PVC), "err", err)
+			cl, err := StillReleasedOnDiskLoss(ctx, c.client, cl)
+			if err == nil {
+				err = ReleaseKeepingData(ctx, c.client, cl, loc.Node)
+			}
+			if errors.Is(err, ErrClaimChanged) {
+				logger.V(2).Info("Claim no longer to release", "pvc", klog.KObj(cl.PVC), "reason", err.Error())
 				continue
 			}
-			cl.PVC = pvc
-			if err := ReleaseKeepingData(ctx, c.client, cl, loc.Node); err != nil {
+			if err != nil {
 				logger.Error(err, "Releasing a claim of a failed disk", "node", loc.Node, "disk", loc.Disk, "pvc", klog.KObj(cl.PVC))
 				c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseFailed, "Release", "Releasing the claim from failed disk %s on node %s: %v", loc.Disk, loc.Node, err)
 				continue

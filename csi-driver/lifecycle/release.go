@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // provisionerFinalizer is the finalizer external-provisioner puts on the
@@ -27,6 +30,25 @@ type Claim struct {
 	Class *storagev1.StorageClass
 }
 
+// StillReleasedOnDiskLoss reads c's claim from the API server: a release
+// decided on a copy from a cache, or from a list made long before, goes
+// on with the claim as it is now, and only if it still asks to be released
+// from its disk (diskfit.ReleasedOnDiskLoss) under the same UID and bound
+// to the same PV; otherwise ErrClaimChanged.
+func StillReleasedOnDiskLoss(ctx context.Context, client kubernetes.Interface, c Claim) (Claim, error) {
+	pvc, err := client.CoreV1().PersistentVolumeClaims(c.PVC.Namespace).Get(ctx, c.PVC.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return c, fmt.Errorf("PVC %s/%s is gone: %w", c.PVC.Namespace, c.PVC.Name, ErrClaimChanged)
+	case err != nil:
+		return c, fmt.Errorf("reading PVC %s/%s: %w", c.PVC.Namespace, c.PVC.Name, err)
+	case pvc.UID != c.PVC.UID || pvc.Spec.VolumeName != c.PV.Name || !diskfit.ReleasedOnDiskLoss(pvc, c.Class):
+		return c, fmt.Errorf("PVC %s/%s: %w, and no longer asks for it", c.PVC.Namespace, c.PVC.Name, ErrClaimChanged)
+	}
+	c.PVC = pvc
+	return c, nil
+}
+
 // ReleaseKeepingData lets a claim go from a disk whose volume its
 // workload no longer needs there (the disk failed, or an admin drains
 // it): the PV's reclaim policy becomes Retain, so the volume and its data
@@ -34,21 +56,67 @@ type Claim struct {
 // pods on the volume's node that use it are deleted, so a StatefulSet
 // recreates pod and claim and the new volume is placed on a working disk.
 // Every write carries the UID it was decided for, so a claim re-created
-// meanwhile under the same name is not touched.
+// meanwhile under the same name is not touched. A claim changed since it
+// was read stays (ErrClaimChanged), and its PV gets back the reclaim
+// policy it had.
 func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Claim, node string) error {
-	if c.PV.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain {
-		patch, _ := json.Marshal(map[string]any{
-			"metadata": map[string]any{"uid": c.PV.UID},
-			"spec":     map[string]any{"persistentVolumeReclaimPolicy": v1.PersistentVolumeReclaimRetain},
-		})
-		if _, err := client.CoreV1().PersistentVolumes().Patch(ctx, c.PV.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("keeping the data of PV %s (reclaim policy Retain): %w", c.PV.Name, err)
-		}
+	restore, err := retain(ctx, client, c.PV)
+	if err != nil {
+		return err
 	}
 	if err := deleteClaim(ctx, client, c.PVC); err != nil {
+		if errors.Is(err, ErrClaimChanged) {
+			err = errors.Join(err, restore(ctx))
+		}
 		return err
 	}
 	return deletePodsUsing(ctx, client, c.PVC, node)
+}
+
+// retain makes the reclaim policy of the PV as the API server has it now
+// Retain: the copy the release was decided on (an informer's, a list made
+// long before) may say Retain of a PV set back to Delete since, whose
+// volume would be deleted with its claim. It returns how to put back the
+// policy it changed, if nothing changed the PV since.
+func retain(ctx context.Context, client kubernetes.Interface, decided *v1.PersistentVolume) (restore func(context.Context) error, err error) {
+	restore = func(context.Context) error { return nil }
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, decided.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if pv.UID != decided.UID {
+			return fmt.Errorf("PV %s was made anew", decided.Name)
+		}
+		was := pv.Spec.PersistentVolumeReclaimPolicy
+		if was == v1.PersistentVolumeReclaimRetain {
+			return nil
+		}
+		patched, err := patchReclaimPolicy(ctx, client, pv, v1.PersistentVolumeReclaimRetain)
+		if err != nil {
+			return err
+		}
+		restore = func(ctx context.Context) error {
+			if _, err := patchReclaimPolicy(ctx, client, patched, was); err != nil && !apierrors.IsConflict(err) {
+				return fmt.Errorf("putting back reclaim policy %s of PV %s: %w", was, decided.Name, err)
+			}
+			return nil
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("keeping the data of PV %s (reclaim policy Retain): %w", decided.Name, err)
+	}
+	return restore, nil
+}
+
+// patchReclaimPolicy sets pv's reclaim policy, if pv is unchanged.
+func patchReclaimPolicy(ctx context.Context, client kubernetes.Interface, pv *v1.PersistentVolume, policy v1.PersistentVolumeReclaimPolicy) (*v1.PersistentVolume, error) {
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pv.UID, "resourceVersion": pv.ResourceVersion},
+		"spec":     map[string]any{"persistentVolumeReclaimPolicy": policy},
+	})
+	return client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
 // released says whether the claim deleted for pvc is still there, being
@@ -104,17 +172,30 @@ func ReleaseWithNode(ctx context.Context, client kubernetes.Interface, c Claim) 
 
 // deleteClaim deletes the claim as it was decided on: same UID, and, when
 // pvc was read with one, same resourceVersion (an owner who changed the
-// claim meanwhile, say to opt out, keeps it).
+// claim meanwhile, say to opt out, keeps it: ErrClaimChanged). A claim
+// already gone, or made anew under its name, is no error.
 func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) error {
 	pre := &metav1.Preconditions{UID: &pvc.UID}
 	if pvc.ResourceVersion != "" {
 		pre.ResourceVersion = &pvc.ResourceVersion
 	}
 	err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Delete(ctx, pvc.Name, metav1.DeleteOptions{Preconditions: pre})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("deleting PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	switch {
+	case err == nil || apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		// Refused for the UID (the claim is gone, one was made anew under
+		// its name) or for the resourceVersion (it changed, and stays).
+		now, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && now.UID != pvc.UID {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading PVC %s/%s after its deletion was refused: %w", pvc.Namespace, pvc.Name, err)
+		}
+		return fmt.Errorf("PVC %s/%s: %w; it stays", pvc.Namespace, pvc.Name, ErrClaimChanged)
 	}
-	return nil
+	return fmt.Errorf("deleting PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
 }
 
 // deletePodsUsing deletes the pods on node that mount the claim deleted
@@ -162,3 +243,7 @@ func PodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.Persist
 	}
 	return pods, nil
 }
+
+// ErrClaimChanged is returned by a release whose claim changed after the
+// release was decided on, so that it stays.
+var ErrClaimChanged = errors.New("the claim changed since it was chosen for release")

@@ -281,7 +281,13 @@ func (r drainReplica) noStatefulSet() string {
 func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Writer, r drainReplica) ([]drainClaim, error) {
 	var released []drainClaim
 	for _, cl := range r.claims {
-		if err := lifecycle.ReleaseKeepingData(ctx, c.Kube, cl.Claim, cl.loc.Node); err != nil {
+		// The claim was listed before earlier replicas' waits: it is
+		// released as it is now, if it still asks for it.
+		now, err := lifecycle.StillReleasedOnDiskLoss(ctx, c.Kube, cl.Claim)
+		if err == nil {
+			err = lifecycle.ReleaseKeepingData(ctx, c.Kube, now, cl.loc.Node)
+		}
+		if err != nil {
 			return released, fmt.Errorf("releasing claim %s: %w", cl.key(), err)
 		}
 		released = append(released, cl)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	dffake "github.com/diskfit/diskfit/apis/client/clientset/versioned/fake"
 	"github.com/diskfit/diskfit/apis/diskfit"
@@ -276,6 +277,44 @@ func TestDrainStopsWhenAReplicaDoesNotComeBack(t *testing.T) {
 	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims("shop").Get(context.Background(), "data-web-1", metav1.GetOptions{})
 	if err != nil || pvc.UID != "data-web-1-uid" {
 		t.Errorf("claim data-web-1 of the next replica: %v, %v", pvc, err)
+	}
+}
+
+// TestDrainReleasesOnlyWhatStillAsksForIt: while the first replica is
+// released, the owner of the second replica's claim opts out (on-disk-loss
+// keep). Drain listed the claim before; it must not release it, and stops
+// saying why.
+func TestDrainReleasesOnlyWhatStillAsksForIt(t *testing.T) {
+	c := drainCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
+	kube := c.Kube.(*kubefake.Clientset)
+	kube.PrependReactor("delete", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.(clienttesting.DeleteAction).GetName() != "web-0" {
+			return false, nil, nil
+		}
+		gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+		obj, err := kube.Tracker().Get(gvr, "shop", "data-web-1")
+		if err != nil {
+			return true, nil, err
+		}
+		pvc := obj.(*corev1.PersistentVolumeClaim).DeepCopy()
+		pvc.Annotations = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossKeep}
+		return false, nil, kube.Tracker().Update(gvr, pvc, "shop")
+	})
+
+	_, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release")
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "shop/data-web-1") || !strings.Contains(err.Error(), "changed") {
+		t.Errorf("drain returned %v, want an error saying claim shop/data-web-1 changed", err)
+	}
+	pvc, gerr := c.Kube.CoreV1().PersistentVolumeClaims("shop").Get(context.Background(), "data-web-1", metav1.GetOptions{})
+	if gerr != nil || pvc.UID != "data-web-1-uid" || pvc.DeletionTimestamp != nil {
+		t.Errorf("claim data-web-1, which opted out, was released: %v, %v", pvc, gerr)
+	}
+	if got := reclaimPolicy(t, c, "pv-w1"); got == corev1.PersistentVolumeReclaimRetain {
+		t.Error("PV pv-w1 of the claim that opted out was set to Retain")
 	}
 }
 

@@ -1,0 +1,82 @@
+package lifecycle
+
+import (
+	"errors"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// refuseClaimDelete makes the API server refuse the deletion of claims
+// with a conflict, as it does when the claim changed after it was read
+// (its owner opted out, say).
+func refuseClaimDelete(e *env) {
+	e.client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"},
+			a.(clienttesting.DeleteAction).GetName(), errors.New("the object has been modified"))
+	})
+}
+
+// TestReleaseRetainsThePVAsItIsNow: the copy of the PV the release was
+// decided on (an informer's, or a list drain made long before) says
+// Retain, but the PV was set back to Delete since. Its reclaim policy
+// must be Retain before the claim goes, or the volume and its data are
+// deleted with the claim.
+func TestReleaseRetainsThePVAsItIsNow(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
+	stale := objs[1].(*v1.PersistentVolume).DeepCopy()
+	stale.Spec.PersistentVolumeReclaimPolicy = v1.PersistentVolumeReclaimRetain
+	if err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: stale}, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if e.pvcExists("a") {
+		t.Fatal("claim kept, want it released")
+	}
+	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
+		t.Errorf("released claim's PV has reclaim policy %s: its volume is deleted with the claim; want Retain", got)
+	}
+}
+
+// TestReleaseStopsWhenTheClaimChanged: the claim changed after the
+// release was decided (its owner opted out), so the API server refuses
+// its deletion. The release says so, deletes no pod, and puts back the
+// PV's reclaim policy it had changed: nothing is left half-made.
+func TestReleaseStopsWhenTheClaimChanged(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
+	refuseClaimDelete(e)
+	err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1")
+	if !errors.Is(err, ErrClaimChanged) {
+		t.Errorf("release of a claim whose deletion was refused returned %v, want ErrClaimChanged", err)
+	}
+	if !e.podExists("web-0") {
+		t.Error("the pod of a claim that stays was deleted")
+	}
+	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimDelete {
+		t.Errorf("PV of a claim that stays has reclaim policy %s, want its own (Delete) back", got)
+	}
+}
+
+// TestNodeReleaseStopsWhenTheClaimChanged: the same for a claim of a
+// deleted Node: when the claim's deletion is refused, its PV keeps its
+// provisioner's finalizer and is not deleted (a claim left bound to a PV
+// being deleted loses its volume's DeleteVolume for good).
+func TestNodeReleaseStopsWhenTheClaimChanged(t *testing.T) {
+	objs := claim("a", plainClass, "gone", "d0", nodeDeletionAnnotation)
+	objs[1].(*v1.PersistentVolume).Finalizers = []string{provisionerFinalizer}
+	e := newEnv(t, objs)
+	refuseClaimDelete(e)
+	err := ReleaseWithNode(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)})
+	if !errors.Is(err, ErrClaimChanged) {
+		t.Errorf("release of a claim whose deletion was refused returned %v, want ErrClaimChanged", err)
+	}
+	pv := e.pv("pv-a")
+	if pv == nil || pv.DeletionTimestamp != nil || len(pv.Finalizers) != 1 {
+		t.Errorf("PV of a claim that stays was deleted or lost its provisioner's finalizer: %+v", pv)
+	}
+}
