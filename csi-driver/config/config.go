@@ -30,6 +30,9 @@ type NodeConfig struct {
 	Section string `json:"-"`
 	// Notes say which mounts discovery skipped and why.
 	Notes []string `json:"-"`
+	// Discovers is true when the node's disks include those discovery
+	// finds among the mounted filesystems.
+	Discovers bool `json:"-"`
 }
 
 // Disk is one disk of the node.

@@ -189,6 +189,7 @@ func (f *File) Resolve(nodeName string, nodeLabels map[string]string) (*NodeConf
 		return nil, fmt.Errorf("%w: node %s with labels %v, and there are no top-level disks", ErrNoSection, nodeName, nodeLabels)
 	}
 	cfg.Disks = slices.Clone(disks)
+	cfg.Discovers = discover != nil
 	if discover != nil {
 		found, notes, err := discover.find(mountInfoPath, cfg.Disks)
 		if err != nil {

@@ -269,12 +269,17 @@ type Driver struct {
 	kubeletDir string
 	// set is the disks served now; a reload replaces it (copy on write),
 	// so readers need no lock.
-	set     atomic.Pointer[diskSet]
-	reloads reloadState
-	locks   *keyLocks
-	mounter *mount.SafeFormatAndMount
-	exec    utilexec.Interface
-	ready   atomic.Bool
+	set atomic.Pointer[diskSet]
+	// discovers is true while the node config in force discovers disks:
+	// then a disk of the node's PVs that is not served may be one that
+	// failed before it could be mounted; otherwise it is one the config
+	// does not name (v1alpha1.DiskNotConfigured).
+	discovers atomic.Bool
+	reloads   reloadState
+	locks     *keyLocks
+	mounter   *mount.SafeFormatAndMount
+	exec      utilexec.Interface
+	ready     atomic.Bool
 	// kick asks the status loop for an early refresh.
 	kick        chan struct{}
 	metrics     metrics.CSIMetricsManager
@@ -350,6 +355,7 @@ func New(cfg Config) (*Driver, error) {
 		disks = append(disks, d.newDisk(dc))
 	}
 	d.set.Store(newDiskSet(disks, cfg.NoDisksReason))
+	d.discovers.Store(cfg.Node.Discovers)
 	d.reloads = reloadState{maxVolumes: cfg.Node.MaxVolumes, notes: cfg.Node.Notes}
 	return d, nil
 }

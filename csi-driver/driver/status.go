@@ -196,7 +196,9 @@ func (d *Driver) statusLoop(ctx context.Context) {
 // but that the driver does not serve: discovery found the disk's mount gone
 // (a disk that died before a reboot), or the node config lost it. Without
 // them such a disk would vanish from the DiskNode, and nobody would learn
-// that the volumes on it are unreachable.
+// that the volumes on it are unreachable. A disk a config that discovers
+// nothing does not name is marked DiskNotConfigured: an admin's change,
+// not a failure, for which diskfit-controller releases no claim.
 func (d *Driver) unservedDisks(st *v1alpha1.DiskNodeStatus) []v1alpha1.DiskStatus {
 	if d.cfg.Orphans == nil {
 		return nil
@@ -206,10 +208,15 @@ func (d *Driver) unservedDisks(st *v1alpha1.DiskNodeStatus) []v1alpha1.DiskStatu
 		if st.Disk(name) != nil {
 			continue
 		}
-		out = append(out, v1alpha1.DiskStatus{
+		ds := v1alpha1.DiskStatus{
 			Name: name, Backend: v1alpha1.BackendFile, Healthy: false,
-			Message: fmt.Sprintf("not served: %d PersistentVolumes of this node are on disk %s, but the node config has no such disk or discovery found it not mounted", n, name),
-		})
+			Message: fmt.Sprintf("not served: %d PersistentVolumes of this node are on disk %s, but the node config does not name it and discovery found it not mounted", n, name),
+		}
+		if !d.discovers.Load() {
+			ds.Reason = v1alpha1.DiskNotConfigured
+			ds.Message = fmt.Sprintf("not served: %d PersistentVolumes of this node are on disk %s, but the node config has no such disk; its volumes are unreachable until it names the disk again", n, name)
+		}
+		out = append(out, ds)
 	}
 	slices.SortFunc(out, func(a, b v1alpha1.DiskStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out

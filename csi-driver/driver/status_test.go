@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // pvDisks is an OrphanFinder whose PVs of this node sit on the given disks.
@@ -34,6 +36,12 @@ func TestDiskOfPVsNotServedIsListedUnhealthy(t *testing.T) {
 			if d.Healthy || !strings.Contains(d.Message, "2 PersistentVolumes") || d.CapacityBytes != 0 {
 				t.Errorf("disk gone: %+v, want it unhealthy, saying 2 PVs are on it", d)
 			}
+			// The config names its disks and discovers none: an admin's
+			// change, which releases no claim (unlike a disk discovery
+			// did not find mounted, which may have died).
+			if d.Reason != v1alpha1.DiskNotConfigured {
+				t.Errorf("disk gone, not in a config that discovers nothing: reason %q, want %s", d.Reason, v1alpha1.DiskNotConfigured)
+			}
 		case "small":
 			small = true
 			if !d.Healthy {
@@ -46,5 +54,12 @@ func TestDiskOfPVsNotServedIsListedUnhealthy(t *testing.T) {
 	}
 	if st.HealthyDisks != 2 || st.DiskCount != 3 {
 		t.Errorf("summary %d healthy of %d, want 2 of 3", st.HealthyDisks, st.DiskCount)
+	}
+
+	// With discovery, a disk not served may have died before it could be
+	// mounted: unhealthy with no reason, a failure like any other.
+	e.d.discovers.Store(true)
+	if d := e.d.Observe(e.ctx).Disk("gone"); d == nil || d.Healthy || d.Reason != "" || !strings.Contains(d.Message, "discovery found it not mounted") {
+		t.Errorf("disk gone under discovery: %+v, want it unhealthy with no reason", d)
 	}
 }

@@ -339,7 +339,10 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 		}
 		for _, ds := range dn.Status.Disks {
 			loc := diskfit.Location{Node: dn.Name, Disk: ds.Name}
-			if ds.Healthy {
+			// A disk the node config does not name is an admin's change,
+			// not a failure: its data is intact, and a config rolled out
+			// to every node must not release every replica at once.
+			if ds.Healthy || ds.Reason == v1alpha1.DiskNotConfigured {
 				continue
 			}
 			seen[loc] = true

@@ -328,6 +328,33 @@ func TestFailedDiskReleasesOptedInClaims(t *testing.T) {
 	}
 }
 
+// TestDiskNotConfiguredReleasesNothing: a node's driver restarted with a
+// node config that no longer names a disk its PVs are on (an admin's
+// edit) reports the disk unhealthy, NotConfigured, for as long as it
+// runs so. That is no failure of the disk, whose data is intact: its
+// claims stay, however long it lasts; a config change rolled out to every
+// node would otherwise release every replica of a workload at once.
+func TestDiskNotConfiguredReleasesNothing(t *testing.T) {
+	objs := append([]runtime.Object{node("n1"), podUsing("web-0", "a", "n1")}, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	e := newEnv(t, objs, diskNode("n1", "d0"))
+	e.c.Pass(e.ctx)
+	dn, err := e.df.DiskfitV1alpha1().DiskNodes().Get(e.ctx, "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	*dn.Status.Disk("d0") = v1alpha1.DiskStatus{Name: "d0", Backend: v1alpha1.BackendFile, Reason: v1alpha1.DiskNotConfigured,
+		Message: "not served: 1 PersistentVolumes of this node are on disk d0, but the node config has no such disk"}
+	e.setDiskNode(dn)
+	e.c.Pass(e.ctx)
+	e.step(2 * diskGrace)
+	if !e.pvcExists("a") || !e.podExists("web-0") {
+		t.Error("claim or pod of a disk the node config does not name was released")
+	}
+	if pv := e.pv("pv-a"); pv == nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimDelete {
+		t.Errorf("PV of a disk the node config does not name changed: %+v", pv)
+	}
+}
+
 // TestRecoveredDiskKeepsClaims: a disk healthy again before the grace time
 // keeps its claims, which are told it recovered; failing again starts the
 // grace time over.

@@ -200,7 +200,23 @@ type DiskStatus struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	Message string `json:"message,omitempty"`
+
+	// Reason says, for an unhealthy disk, why in one word when it is not
+	// a failure of the disk: NotConfigured is a disk this node's
+	// PersistentVolumes are on that the node config does not name (an
+	// admin's change; diskfit-controller releases no claim for it).
+	// Empty otherwise.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	Reason DiskReason `json:"reason,omitempty"`
 }
+
+// DiskReason is why a disk is unhealthy, when it is not a failure.
+type DiskReason string
+
+// DiskNotConfigured is a disk this node's PersistentVolumes are on that
+// the node config, which discovers no disks, does not name.
+const DiskNotConfigured DiskReason = "NotConfigured"
 
 // MaxWithoutPV is how many volumes without a PV a DiskStatus lists.
 const MaxWithoutPV = 32
