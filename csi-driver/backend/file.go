@@ -614,6 +614,9 @@ func (f *File) Attach(ctx context.Context, key string, readOnly bool) (string, e
 	if errors.Is(err, loop.ErrReadOnlyDiffers) {
 		return "", fmt.Errorf("%w: %w; an earlier stage of the volume on this node must be unstaged first", ErrInUse, err)
 	}
+	if errors.Is(err, loop.ErrBeingDetached) {
+		return "", fmt.Errorf("%w: %w", ErrInUse, err)
+	}
 	if err != nil {
 		return "", err
 	}

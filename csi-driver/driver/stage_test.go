@@ -2,6 +2,7 @@ package driver
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -462,6 +464,93 @@ func TestFailedRestageKeepsPublishedBlockDevice(t *testing.T) {
 	}
 	os.Remove(filepath.Join(e.paths["xfs"], "fill"))
 	_ = target
+}
+
+// A Block volume's loop device that something else (a process with the
+// device node open, udev probing it) holds open at NodeUnstageVolume is
+// only marked by the kernel to be freed on last close, and the unstage
+// fails; DeleteVolume refuses the volume while the device is there. A
+// stage that follows reuses the device, and it must stay the volume's
+// once that other opener closes: freed, its number would go to the next
+// volume staged, and the pod's device node would then read and write
+// that volume.
+func TestRestagedBlockVolumeKeepsItsDevice(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 1 * gi}}, nil)
+	dk := e.d.disk("xfs")
+	cap := blockCap()
+	create := func(name string) *csi.Volume {
+		req := createReq(name, 64*mi)
+		req.VolumeCapabilities = []*csi.VolumeCapability{cap}
+		return e.mustCreate(t, req)
+	}
+	a := create("pvc-held")
+	staging := e.stage(t, a.VolumeId, cap)
+	dev, err := dk.backend.Device(e.ctx, "pvc-held")
+	if err != nil || dev == "" {
+		t.Fatalf("device of the staged volume: %q, %v", dev, err)
+	}
+	holder, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	// The unstage waits for the device to go; a second shows it does not.
+	ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+	_, err = e.d.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: a.VolumeId, StagingTargetPath: staging})
+	cancel()
+	if err == nil {
+		t.Fatalf("NodeUnstageVolume with %s held open: OK", dev)
+	}
+	_, err = e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: a.VolumeId})
+	wantCode(t, err, codes.FailedPrecondition)
+
+	staging = e.stage(t, a.VolumeId, cap)
+	target, err := e.publish(t, a.VolumeId, staging, "held", cap, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := alignedPage(t)
+	fd, err := unix.Open(target, unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("opening the published device: %v", err)
+	}
+	if _, err := unix.Pwrite(fd, page, 8*mi); err != nil {
+		t.Fatalf("writing through the publication: %v", err)
+	}
+	unix.Close(fd)
+	holder.Close()
+
+	b := create("pvc-next")
+	stagingB := e.stage(t, b.VolumeId, cap)
+	if got, err := dk.backend.Device(e.ctx, "pvc-held"); err != nil || got != dev {
+		t.Errorf("device of the published volume once the other opener closed %s: %q, %v", dev, got, err)
+	}
+	if got, _ := dk.backend.Device(e.ctx, "pvc-next"); got == dev {
+		t.Errorf("the next volume staged got %s, which the first volume's pod uses", dev)
+	}
+	fd, err = unix.Open(target, unix.O_RDWR|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("opening the published device: %v", err)
+	}
+	buf := alignedPage(t)
+	clear(buf)
+	if n, err := unix.Pread(fd, buf, 8*mi); err != nil || n != len(buf) {
+		t.Errorf("reading through the publication: %d, %v", n, err)
+	} else if !bytes.Equal(buf, page) {
+		t.Errorf("the publication of %s no longer reads what was written through it", a.VolumeId)
+	}
+	unix.Close(fd)
+
+	if _, err := e.d.NodeUnpublishVolume(e.ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: a.VolumeId, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: a.VolumeId, StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: a.VolumeId}); err != nil {
+		t.Fatal(err)
+	}
+	e.teardown(t, b.VolumeId, stagingB)
 }
 
 // TestLargerCopyGetsTheWholeVolume: a restore or clone asked for larger

@@ -73,12 +73,7 @@ func FindAll(_ context.Context, file File) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing block devices: %w", err)
 	}
-	// The inode to match, when the file is where it should be.
-	var ino uint64
-	var st unix.Stat_t
-	if err := unix.Stat(file.Path, &st); err == nil && st.Dev == file.Dev {
-		ino = st.Ino
-	}
+	ino := inode(file)
 	var devs []string
 	buf := make([]byte, unix.PathMax+16)
 	for _, e := range entries {
@@ -98,12 +93,28 @@ func FindAll(_ context.Context, file File) ([]string, error) {
 			// It may be the one serving file: better no answer than "none".
 			return nil, fmt.Errorf("reading the backing file of %s: %w", dev, err)
 		}
-		if info.Device == file.Dev && (ino == 0 || info.Inode == ino) {
+		if serves(info, file, ino) {
 			devs = append(devs, dev)
 		}
 	}
 	sort.Strings(devs)
 	return devs, nil
+}
+
+// inode returns the inode of file to match a device's backing file
+// against, or 0 when file cannot be reached on its filesystem.
+func inode(file File) uint64 {
+	var st unix.Stat_t
+	if err := unix.Stat(file.Path, &st); err == nil && st.Dev == file.Dev {
+		return st.Ino
+	}
+	return 0
+}
+
+// serves reports whether the loop device with status info is backed by
+// file, whose inode is ino (see inode).
+func serves(info *unix.LoopInfo64, file File, ino uint64) bool {
+	return info.Device == file.Dev && (ino == 0 || info.Inode == ino)
 }
 
 func loopStatus(dev string) (*unix.LoopInfo64, error) {
@@ -137,6 +148,10 @@ func readSmall(path string, buf []byte) (string, bool) {
 // read-only where read-write was asked for or the other way round.
 var ErrReadOnlyDiffers = errors.New("attached already, with the other read-only setting")
 
+// ErrBeingDetached is returned by Attach when file's device is marked to be
+// freed on last close and the mark cannot be taken off.
+var ErrBeingDetached = errors.New("attached, but being detached")
+
 // Attach returns the loop device backed by file, attaching one with direct
 // I/O and 4096-byte sectors when there is none, so calling it again is
 // harmless. A read-only device refuses every write; the setting belongs to
@@ -149,14 +164,14 @@ func Attach(ctx context.Context, file File, readOnly bool) (string, error) {
 		return "", err
 	}
 	if dev != "" {
-		info, err := loopStatus(dev)
+		kept, err := keep(dev, file, readOnly)
 		if err != nil {
 			return "", err
 		}
-		if (info.Flags&unix.LO_FLAGS_READ_ONLY != 0) != readOnly {
-			return "", fmt.Errorf("%s on %s: %w", file, dev, ErrReadOnlyDiffers)
+		if kept {
+			return dev, disableDiscard(dev)
 		}
-		return dev, disableDiscard(dev)
+		// Freed since Find saw it: attach the file anew.
 	}
 	// The sector size is pinned: with direct I/O the kernel otherwise
 	// derives it from the backing file's I/O alignment, which on XFS is
@@ -181,6 +196,56 @@ func Attach(ctx context.Context, file File, readOnly bool) (string, error) {
 		return "", err
 	}
 	return dev, nil
+}
+
+// keep makes sure that dev, which Find saw backed by file, stays attached to
+// it, and reports whether it still is. A device detached while something
+// else held it open (udev probing it, any process with its node open) is
+// not freed: the kernel marks it LO_FLAGS_AUTOCLEAR, to be freed on last
+// close, and Detach fails after its wait. Handed out by a stage that
+// follows, it would be freed under the pod using it once that other opener
+// closes, and the next volume attached would get its number, so the pod's
+// device node would lead to another volume's data. keep clears the mark
+// (LOOP_SET_STATUS64 may, as losetup cannot), so the device stays until
+// Detach frees it, or fails with ErrBeingDetached. It holds dev open
+// throughout, so dev cannot be freed, and its number given to another
+// file, between the check of its backing file and the clearing.
+func keep(dev string, file File, readOnly bool) (bool, error) {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if errors.Is(err, unix.ENXIO) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the status of %s: %w", dev, err)
+	}
+	if !serves(info, file, inode(file)) {
+		return false, nil
+	}
+	if (info.Flags&unix.LO_FLAGS_READ_ONLY != 0) != readOnly {
+		return false, fmt.Errorf("%s on %s: %w", file, dev, ErrReadOnlyDiffers)
+	}
+	if info.Flags&unix.LO_FLAGS_AUTOCLEAR == 0 {
+		return true, nil
+	}
+	info.Flags &^= unix.LO_FLAGS_AUTOCLEAR
+	err = unix.IoctlLoopSetStatus64(fd, info)
+	if err == nil {
+		if info, err = unix.IoctlLoopGetStatus64(fd); err == nil && info.Flags&unix.LO_FLAGS_AUTOCLEAR != 0 {
+			err = errors.New("the kernel kept the flag")
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s on %s: %w: clearing LO_FLAGS_AUTOCLEAR: %w", file, dev, ErrBeingDetached, err)
+	}
+	return true, nil
 }
 
 // disableDiscard stops dev from passing discards to its backing file. A loop

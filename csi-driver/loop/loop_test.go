@@ -3,11 +3,13 @@ package loop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -72,6 +74,85 @@ func TestAttachFindRefreshDetach(t *testing.T) {
 	if found, _ := Find(ctx, file); found != "" {
 		t.Errorf("still attached to %s", found)
 	}
+}
+
+// A loop device that something else (a process holding its node, udev
+// probing it) has open when it is detached stays attached: the kernel only
+// marks it to be freed on last close (LO_FLAGS_AUTOCLEAR). Attach, when
+// the volume is staged again, finds it and hands it out; it must take the
+// mark off, or the device is freed under the pod it now serves once the
+// other opener closes, and the next volume attached gets its number, and
+// the pod's device node with it.
+func TestAttachTakesBackADeviceMarkedToBeFreed(t *testing.T) {
+	testdisk.Require(t)
+	ctx := context.Background()
+	dir := testdisk.New(t, "xfs", 320<<20)
+	for _, readOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("readOnly=%v", readOnly), func(t *testing.T) {
+			file := fileOn(t, dir, fmt.Sprintf("/vol-%v.img", readOnly))
+			if err := os.WriteFile(file.Path, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(file.Path, 8<<20); err != nil {
+				t.Fatal(err)
+			}
+			dev, err := Attach(ctx, file, readOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Runs after the holder below is closed.
+			testdisk.DetachAtCleanup(t, dev)
+			holder, err := os.Open(dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { holder.Close() })
+			// Detach waits for the device to go, which it cannot while held.
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			err = Detach(dctx, file)
+			cancel()
+			if err == nil {
+				t.Fatalf("Detach of %s while it is held open: no error", dev)
+			}
+			if !autoclear(t, dev) {
+				t.Fatalf("%s, detached while held open, is not marked to be freed on last close: this test shows nothing here", dev)
+			}
+			again, err := Attach(ctx, file, readOnly)
+			if err != nil || again != dev {
+				t.Fatalf("Attach after the failed detach: %q, %v, want the existing %s", again, err, dev)
+			}
+			if autoclear(t, dev) {
+				t.Errorf("Attach handed out %s still marked to be freed on last close", dev)
+			}
+			// Taking the mark off changes nothing else.
+			if info, err := loopStatus(dev); err != nil || (info.Flags&unix.LO_FLAGS_READ_ONLY != 0) != readOnly {
+				t.Errorf("%s read-only after Attach: %v, want %v", dev, err == nil && info.Flags&unix.LO_FLAGS_READ_ONLY != 0, readOnly)
+			}
+			if dio, err := DirectIO(dev); err != nil || !dio {
+				t.Errorf("direct I/O of %s after Attach: %v, %v", dev, dio, err)
+			}
+			if bs, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "logical_block_size")); err != nil || string(bs) != "4096\n" {
+				t.Errorf("logical block size of %s after Attach %q, %v, want 4096", dev, bs, err)
+			}
+			holder.Close()
+			if found, err := Find(ctx, file); err != nil || found != dev {
+				t.Errorf("after the other opener closed %s: Find %q, %v, want it still attached", dev, found, err)
+			}
+			if err := Detach(ctx, file); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// autoclear reports whether the kernel frees dev on its last close.
+func autoclear(t *testing.T, dev string) bool {
+	t.Helper()
+	info, err := loopStatus(dev)
+	if err != nil {
+		t.Fatalf("status of %s: %v", dev, err)
+	}
+	return info.Flags&unix.LO_FLAGS_AUTOCLEAR != 0
 }
 
 // A loop device must not turn discards into holes in its backing file, or
