@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -54,6 +55,9 @@ func main() {
 	fs.DurationVar(&o.lifecycle.StatusMaxAge, "disknode-max-age", lifecycle.DefaultStatusMaxAge,
 		"a DiskNode status older than this says nothing about its disks")
 	fs.DurationVar(&o.lifecycle.Interval, "interval", lifecycle.DefaultInterval, "how often every disk and node is looked at, besides on changes")
+	o.lifecycle.MaxNodesWithFailedDisks = lifecycle.DefaultMaxNodesWithFailedDisks
+	fs.Var(intOrPercent{&o.lifecycle.MaxNodesWithFailedDisks}, "max-nodes-with-failed-disks",
+		"on how many nodes at most (a number, or a percentage of the nodes with a DiskNode; at least one) disks may fail at once for claims of failed disks to be released")
 	command.Run("diskfit-controller", fs, func(ctx context.Context) error { return run(ctx, o) })
 }
 
@@ -165,5 +169,15 @@ func run(ctx context.Context, o options) error {
 	if ctx.Err() == nil {
 		return fmt.Errorf("lost the leader election Lease")
 	}
+	return nil
+}
+
+// intOrPercent is a flag holding a number or a percentage.
+type intOrPercent struct{ v *intstr.IntOrString }
+
+func (f intOrPercent) String() string { return f.v.String() }
+func (f intOrPercent) Type() string   { return "int-or-percent" }
+func (f intOrPercent) Set(s string) error {
+	*f.v = intstr.Parse(s)
 	return nil
 }

@@ -32,6 +32,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -56,12 +58,17 @@ const (
 	DefaultInterval         = 30 * time.Second
 )
 
+// DefaultMaxNodesWithFailedDisks is the default of
+// Options.MaxNodesWithFailedDisks.
+var DefaultMaxNodesWithFailedDisks = intstr.FromString("10%")
+
 // Event reasons, on claims, their pods and PVs.
 const (
 	ReasonDiskFailed       = "DiskFailed"
 	ReasonDiskRecovered    = "DiskRecovered"
 	ReasonReleased         = "ReleasedFromLostDisk"
 	ReasonReleaseFailed    = "ReleaseFailed"
+	ReasonReleaseHeld      = "ReleaseHeld"
 	ReasonNodeGone         = "NodeGone"
 	ReasonReleasedWithNode = "ReleasedWithNode"
 )
@@ -79,6 +86,12 @@ type Options struct {
 	StatusMaxAge time.Duration
 	// Interval is how often a pass runs besides on changes.
 	Interval time.Duration
+	// MaxNodesWithFailedDisks is on how many nodes (a number, or a
+	// percentage of the nodes with a DiskNode, rounded down; at least
+	// one) disks may fail at once for claims to be released: beyond it
+	// the nodes likely share the cause (a node config or driver rolled out
+	// to them), and nothing is released.
+	MaxNodesWithFailedDisks intstr.IntOrString
 	// Clock is the time source; nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -87,6 +100,9 @@ type Options struct {
 func (o Options) Validate() error {
 	if o.NodeLossGrace <= 0 || o.DiskFailureGrace <= 0 || o.StatusMaxAge <= 0 || o.Interval <= 0 {
 		return fmt.Errorf("--node-loss-grace, --disk-failure-grace, --disknode-max-age and --interval must be positive")
+	}
+	if _, err := intstr.GetScaledValueFromIntOrPercent(&o.MaxNodesWithFailedDisks, 100, false); err != nil {
+		return fmt.Errorf("--max-nodes-with-failed-disks: %w", err)
 	}
 	return nil
 }
@@ -119,6 +135,8 @@ type Controller struct {
 	// reports holds, per node, the last DiskNode report seen and when,
 	// by this controller's clock (reports.go).
 	reports map[string]report
+	// holding is why releases are held, empty when they are not.
+	holding string
 }
 
 // failure is one unhealthy disk.
@@ -127,6 +145,8 @@ type failure struct {
 	message string
 	// told holds the claims (by UID) already told about the failure.
 	told map[string]bool
+	// toldHeld is true once its claims were told their release is held.
+	toldHeld bool
 }
 
 // New builds a controller on the given informer factories; start them
@@ -374,8 +394,21 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 			}
 		}
 	}
+	held := c.tooManyNodesFailing(len(dns))
+	if held != c.holding {
+		if held != "" {
+			logger.Info("Releasing no claim of a failed disk", "reason", held)
+		} else {
+			logger.Info("Releasing claims of failed disks again")
+		}
+		c.holding = held
+	}
 	for loc, f := range c.failing {
 		if now.Sub(f.since) < c.opts.DiskFailureGrace {
+			continue
+		}
+		if held != "" {
+			c.tellHeld(loc, f, claims[loc], held)
 			continue
 		}
 		var release []Claim
@@ -413,6 +446,40 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 				cl.PVC.Namespace, cl.PVC.Name, loc.Disk, loc.Node, f.since.UTC().Format(time.RFC3339), f.message, cl.PV.Name)
 			c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleased, "Release", "%s", note)
 			c.recorder.Eventf(cl.PV, nil, v1.EventTypeWarning, ReasonReleased, "Release", "%s", note)
+		}
+	}
+}
+
+// tooManyNodesFailing says why releases are held, if disks fail on more
+// nodes at once than MaxNodesWithFailedDisks of the diskNodes nodes allows.
+func (c *Controller) tooManyNodesFailing(diskNodes int) string {
+	nodes := sets.New[string]()
+	for loc := range c.failing {
+		nodes.Insert(loc.Node)
+	}
+	limit, _ := intstr.GetScaledValueFromIntOrPercent(&c.opts.MaxNodesWithFailedDisks, diskNodes, false) // Validate checked it
+	limit = max(limit, 1)
+	if nodes.Len() <= limit {
+		return ""
+	}
+	return fmt.Sprintf("disks fail on %d nodes at once (%s), more than %d (--max-nodes-with-failed-disks %s of %d nodes): "+
+		"a cause the nodes share (a node config or driver rolled out to them) is likelier than so many failed disks, "+
+		"and releasing would recreate every replica of a workload at once",
+		nodes.Len(), strings.Join(sets.List(nodes), ", "), limit, c.opts.MaxNodesWithFailedDisks.String(), diskNodes)
+}
+
+// tellHeld puts a Warning event on each opted-in claim of a failed disk,
+// once per failure, saying that its release is held and why.
+func (c *Controller) tellHeld(loc diskfit.Location, f *failure, claims []Claim, why string) {
+	if f.toldHeld {
+		return
+	}
+	f.toldHeld = true
+	for _, cl := range claims {
+		if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.Class) {
+			c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseHeld, "Release",
+				"Not released although disk %s on node %s has failed since %s: %s. Once failures are on few enough nodes it is released; to move it now, run diskfit drain %s/%s --release",
+				loc.Disk, loc.Node, f.since.UTC().Format(time.RFC3339), why, loc.Node, loc.Disk)
 		}
 	}
 }

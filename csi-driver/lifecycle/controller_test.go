@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -352,6 +353,42 @@ func TestDiskNotConfiguredReleasesNothing(t *testing.T) {
 	}
 	if pv := e.pv("pv-a"); pv == nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimDelete {
 		t.Errorf("PV of a disk the node config does not name changed: %+v", pv)
+	}
+}
+
+// TestDisksFailingOnManyNodesReleaseNothing: disks fail on more nodes at
+// once than MaxNodesWithFailedDisks allows (at least one node): a cause the
+// nodes share (a config or driver rolled out to all of them, a bad kernel)
+// is far likelier than so many disks failing together, and releasing
+// would recreate every replica of a workload empty at once. Nothing is
+// released, and each claim due is told why; once failures are back on few
+// enough nodes, those disks' claims are released.
+func TestDisksFailingOnManyNodesReleaseNothing(t *testing.T) {
+	objs := []runtime.Object{node("n1"), node("n2"), node("n3")}
+	for _, n := range []string{"n1", "n2"} {
+		objs = append(objs, claim("on-"+n, plainClass, n, "d0", releaseAnnotation)...)
+	}
+	e := newEnv(t, objs, diskNode("n1", "d0"), diskNode("n2", "d0"), diskNode("n3", "d0"))
+	e.c.Pass(e.ctx)
+	e.setHealthy("n1", "d0", false)
+	e.setHealthy("n2", "d0", false)
+	e.c.Pass(e.ctx)
+	e.step(2 * diskGrace)
+	for _, n := range []string{"n1", "n2"} {
+		if !e.pvcExists("on-" + n) {
+			t.Errorf("claim on-%s released while disks failed on 2 of 3 nodes at once, more than the 1 node allowed", n)
+		}
+		if got := e.rec.of("on-" + n); !slices.ContainsFunc(got, func(ev string) bool { return strings.Contains(ev, ReasonReleaseHeld) }) {
+			t.Errorf("events of on-%s = %q, want one %s", n, got, ReasonReleaseHeld)
+		}
+	}
+	e.setHealthy("n2", "d0", true)
+	e.step(time.Second)
+	if e.pvcExists("on-n1") {
+		t.Error("claim on-n1 kept once disks failed on one node only, past the grace time")
+	}
+	if !e.pvcExists("on-n2") {
+		t.Error("claim on-n2 of a recovered disk released")
 	}
 }
 
