@@ -76,7 +76,7 @@ type Cluster struct {
 
 	opts Options
 	// Kubeconfigs of the manifests' ServiceAccounts (rbac.go).
-	nodeKubeconfig, schedulerKubeconfig, controllerKubeconfig, snapshotControllerKubeconfig string
+	schedulerKubeconfig, controllerKubeconfig, snapshotControllerKubeconfig string
 
 	cp                 *controlplane.ControlPlane
 	proxy              *apiProxy
@@ -135,7 +135,6 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	for sa, path := range map[serviceAccount]*string{
-		nodeAccount:               &c.nodeKubeconfig,
 		schedulerAccount:          &c.schedulerKubeconfig,
 		controllerAccount:         &c.controllerKubeconfig,
 		snapshotControllerAccount: &c.snapshotControllerKubeconfig,
@@ -159,7 +158,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			return c, fmt.Errorf("node %s: %w", spec.Name, err)
 		}
 	}
-	if err := c.startResizer(); err != nil {
+	if err := c.startResizer(ctx); err != nil {
 		return c, err
 	}
 	if err := c.startSnapshotController(ctx); err != nil {
@@ -193,7 +192,7 @@ func (c *Cluster) createCSIDriver(ctx context.Context) error {
 // node-only (the kubelet calls NodeExpandVolume on the volume's node), so the
 // resizer only needs some driver to learn the capabilities from: the first
 // node's. In a real cluster it runs leader-elected in every node's pod.
-func (c *Cluster) startResizer() error {
+func (c *Cluster) startResizer(ctx context.Context) error {
 	if len(c.opts.Nodes) == 0 {
 		return nil
 	}
@@ -202,9 +201,13 @@ func (c *Cluster) startResizer() error {
 		return err
 	}
 	first := c.Nodes[c.opts.Nodes[0].Name]
+	kubeconfig, err := first.kubeconfig(ctx)
+	if err != nil {
+		return err
+	}
 	c.resizer, err = startProcess("csi-resizer", c.LogDir, bin, []string{
 		"--csi-address=" + first.Socket,
-		"--kubeconfig=" + c.nodeKubeconfig,
+		"--kubeconfig=" + kubeconfig,
 		"--leader-election=false",
 		"--timeout=60s",
 		"-v=4",

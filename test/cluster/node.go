@@ -87,10 +87,10 @@ func (c *Cluster) startNode(ctx context.Context, spec NodeSpec) (n *Node, err er
 	if err := n.waitForCSINode(ctx); err != nil {
 		return n, err
 	}
-	if err := n.startProvisioner(); err != nil {
+	if err := n.startProvisioner(ctx); err != nil {
 		return n, err
 	}
-	if err := n.startSnapshotter(); err != nil {
+	if err := n.startSnapshotter(ctx); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -123,8 +123,7 @@ func (n *Node) startDriver(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The driver's token is bound to its Node, as a DaemonSet pod's is.
-	kubeconfig, err := n.cluster.kubeconfigForNode(ctx, nodeAccount, n.Name)
+	kubeconfig, err := n.kubeconfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -153,14 +152,26 @@ func (n *Node) RestartDriver() error {
 	return n.startDriver(context.Background())
 }
 
-func (n *Node) startProvisioner() error {
+// kubeconfig is the node's driver pod's: the driver's and its sidecars'
+// token is bound to the Node, as a DaemonSet pod's is bound to its pod on
+// the node, and carries the node's name, which the manifests' admission
+// policies check.
+func (n *Node) kubeconfig(ctx context.Context) (string, error) {
+	return n.cluster.kubeconfigForNode(ctx, nodeAccount, n.Name)
+}
+
+func (n *Node) startProvisioner(ctx context.Context) error {
 	bin, err := n.cluster.binary("csi-provisioner")
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := n.kubeconfig(ctx)
 	if err != nil {
 		return err
 	}
 	n.provisioner, err = startProcess("csi-provisioner-"+n.Name, n.cluster.LogDir, bin, []string{
 		"--csi-address=" + n.Socket,
-		"--kubeconfig=" + n.cluster.nodeKubeconfig,
+		"--kubeconfig=" + kubeconfig,
 		"--node-deployment",
 		"--extra-create-metadata",
 		"--enable-capacity",
@@ -178,14 +189,18 @@ func (n *Node) startProvisioner() error {
 // startSnapshotter runs csi-snapshotter for the node's own volumes: with
 // --node-deployment it only takes VolumeSnapshotContents that the
 // snapshot-controller labelled with this node.
-func (n *Node) startSnapshotter() error {
+func (n *Node) startSnapshotter(ctx context.Context) error {
 	bin, err := n.cluster.binary("csi-snapshotter")
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := n.kubeconfig(ctx)
 	if err != nil {
 		return err
 	}
 	n.snapshotter, err = startProcess("csi-snapshotter-"+n.Name, n.cluster.LogDir, bin, []string{
 		"--csi-address=" + n.Socket,
-		"--kubeconfig=" + n.cluster.nodeKubeconfig,
+		"--kubeconfig=" + kubeconfig,
 		"--node-deployment",
 		"--leader-election=false",
 		"--extra-create-metadata",

@@ -41,6 +41,7 @@ var rbacManifests = []string{
 	"base/controller/rbac.yaml",
 	"base/policy/selected-disk.yaml",
 	"base/policy/disknode-own-node.yaml",
+	"base/policy/volumes-own-node.yaml",
 	"scheduler/rbac.yaml",
 	"snapshot/snapshot-controller.yaml",
 	"webhook/rbac.yaml",

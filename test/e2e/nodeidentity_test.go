@@ -8,13 +8,20 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 // A node's driver writes only its own node's DiskNode: with node-a's
@@ -66,4 +73,133 @@ func TestNodeWritesOnlyItsOwnDiskNode(t *testing.T) {
 	}
 	refused("node-a's driver writing node-b's DiskNode", rewrite(asNodeA, "node-b"))
 	refused("a token bound to no node writing node-a's DiskNode", rewrite(asNoNode, "node-a"))
+}
+
+// A node's driver changes only its own node's volumes: with node-a's
+// driver token, the node ServiceAccount (whose RBAC, external-provisioner's
+// and external-resizer's, grants PV create, patch and delete and claim
+// update cluster-wide) creates and deletes PVs on node-a only; of a PV on
+// node-b it may patch the capacity (the leader-elected resizer's write)
+// but not its reclaim policy, claimRef, finalizers or CSI source, and not
+// delete it; no claim gets an owner reference from it. Otherwise root on
+// node-a could set node-b's PV to Delete and release it, and node-b's own
+// provisioner would delete the data.
+func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
+	needLocal(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(localDir, "kubeconfig-diskfit-system-diskfit-csi-node-node-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asNodeA, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const class = "e2e-node-volumes" // no StorageClass: nothing binds these PVs
+	// A served disk of each node, so that the node's driver does not
+	// report a disk of these PVs as not served.
+	diskOf := func(node string) string {
+		dn, err := diskfitAPI.DiskfitV1alpha1().DiskNodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil || len(dn.Status.Disks) == 0 {
+			t.Fatalf("DiskNode %s: %v", node, err)
+		}
+		return dn.Status.Disks[0].Name
+	}
+	pvOn := func(name, node string) *v1.PersistentVolume {
+		return &v1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1.PersistentVolumeSpec{
+				Capacity:                      v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
+				AccessModes:                   []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+				PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain,
+				StorageClassName:              class,
+				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+					Driver: diskfit.DriverName, VolumeHandle: diskOf(node) + ":" + name,
+					VolumeAttributes: map[string]string{diskfit.VolumeContextDiskKey: diskOf(node)}}},
+				NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+					MatchExpressions: []v1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: v1.NodeSelectorOpIn, Values: []string{node}}},
+				}}}},
+			},
+		}
+	}
+	// Later tests count every PV of the driver: these go before the
+	// test ends.
+	cleanup := func(name string) {
+		t.Cleanup(func() {
+			ctx := ctxFor(t, time.Minute)
+			_ = kube.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{})
+			err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				_, err := kube.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			})
+			if err != nil {
+				t.Errorf("PV %s not gone: %v", name, err)
+			}
+		})
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "the diskfit node driver may") {
+			t.Errorf("%s: %v, want the admission policy's refusal", what, err)
+		}
+	}
+	patchPV := func(name, patch string) error {
+		_, err := asNodeA.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+
+	cleanup("e2e-own-b")
+	_, err = asNodeA.CoreV1().PersistentVolumes().Create(ctx, pvOn("e2e-own-b", "node-b"), metav1.CreateOptions{})
+	refused("node-a's driver creating a PV on node-b", err)
+	cleanup("e2e-own-a")
+	if _, err := asNodeA.CoreV1().PersistentVolumes().Create(ctx, pvOn("e2e-own-a", "node-a"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("node-a's driver creating a PV on node-a: %v", err)
+	} else if err := asNodeA.CoreV1().PersistentVolumes().Delete(ctx, "e2e-own-a", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("node-a's driver deleting its PV: %v", err)
+	}
+
+	cleanup("e2e-other-b")
+	if _, err := kube.CoreV1().PersistentVolumes().Create(ctx, pvOn("e2e-other-b", "node-b"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refused("node-a's driver setting reclaim policy Delete on node-b's PV",
+		patchPV("e2e-other-b", `{"spec":{"persistentVolumeReclaimPolicy":"Delete"}}`))
+	refused("node-a's driver pointing node-b's PV at another claim",
+		patchPV("e2e-other-b", `{"spec":{"claimRef":{"namespace":"default","name":"someone-else","uid":"00000000-0000-0000-0000-000000000001"}}}`))
+	refused("node-a's driver adding a finalizer to node-b's PV",
+		patchPV("e2e-other-b", `{"metadata":{"finalizers":["example.com/hold"]}}`))
+	refused("node-a's driver deleting node-b's PV",
+		asNodeA.CoreV1().PersistentVolumes().Delete(ctx, "e2e-other-b", metav1.DeleteOptions{}))
+	if err := patchPV("e2e-other-b", `{"spec":{"capacity":{"storage":"2Gi"}}}`); err != nil {
+		t.Errorf("node-a's driver patching the capacity of node-b's PV (the resizer's write): %v", err)
+	}
+	pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, "e2e-other-b", metav1.GetOptions{})
+	if err != nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain || pv.Spec.ClaimRef != nil {
+		t.Errorf("node-b's PV after node-a's writes: %+v, %v", pv, err)
+	}
+
+	pvc := &v1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-node-owner", Namespace: "default"},
+		Spec: v1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(class),
+			AccessModes:      []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+			Resources:        v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	if _, err := kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), pvc.Name, metav1.DeleteOptions{})
+	})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := asNodeA.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "gone", UID: "00000000-0000-0000-0000-000000000002"}}
+		_, err = asNodeA.CoreV1().PersistentVolumeClaims("default").Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	})
+	refused("node-a's driver giving a claim an owner", err)
 }
