@@ -25,7 +25,9 @@
 // for every origin chunk written for the first time since the snapshot,
 // and the next metadata area zeroed as soon as one is full. A write that
 // needs more than the area holds makes the snapshot invalid: reading it
-// fails with an I/O error from then on, as dm-snapshot's does.
+// fails with an I/O error from then on, as dm-snapshot's does. A snapshot
+// keeps the size its origin had when it was made: what is written to an
+// origin extended since, beyond that size, takes no room in its area.
 package fakelvm
 
 import (
@@ -92,6 +94,11 @@ type LV struct {
 	// copy-on-write area holds.
 	Chunk  int64
 	copied map[int64]bool
+	// OriginSize is a snapshot's origin's size when it was made, the size
+	// of the snapshot's device. An origin extended since takes no room in
+	// the area for what is written beyond it (dm-snapshot's
+	// __origin_write: "Nothing to do if writing beyond end of snapshot").
+	OriginSize int64
 	// extents are the group's extents the LV maps, in order.
 	extents []int
 }
@@ -289,6 +296,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 				//lint:ignore ST1005 lvm2's own message, which the backend parses
 				return "", fmt.Errorf("lvcreate: exit status 5: Snapshot origin LV %s not found in Volume group %s.", lv.Origin, Name)
 			}
+			lv.OriginSize = f.LVs[lv.Origin].Size
 		}
 		want := size()
 		if lv.Origin != "" {
@@ -463,14 +471,15 @@ func (f *VG) run(name string, args []string) (string, error) {
 // are written: each snapshot of it that does not hold those chunks yet
 // takes a data chunk for each in its copy-on-write area, and turns invalid
 // when the area, with the header and the metadata chunks indexing the data
-// chunks, cannot hold them. (The data itself is already in the snapshot's
-// extents: see the package comment.)
+// chunks, cannot hold them. Chunks beyond the snapshot's own size (an
+// origin extended since it was made) are not copied. (The data itself is
+// already in the snapshot's extents: see the package comment.)
 func (f *VG) copyOnWrite(origin string, off, n int64) {
 	for _, s := range f.LVs {
-		if s.Origin != origin || s.Invalid || n <= 0 {
+		if s.Origin != origin || s.Invalid || n <= 0 || off >= s.OriginSize {
 			continue
 		}
-		for c := off / s.Chunk; c <= (off+n-1)/s.Chunk; c++ {
+		for c := off / s.Chunk; c <= (min(off+n, s.OriginSize)-1)/s.Chunk; c++ {
 			s.copied[c] = true
 		}
 		if cowBytes(int64(len(s.copied)), s.Chunk) > s.Size {

@@ -127,3 +127,37 @@ func TestHoldEndsWithContext(t *testing.T) {
 		t.Error("the held lvremove ran")
 	}
 }
+
+// TestOriginExtendedAfterItsSnapshot: a snapshot keeps the size its origin
+// had when it was made, and dm-snapshot copies no chunk beyond it, so a
+// rewrite of an origin extended since fills its area only as far as that
+// size. A snapshot made of the extended origin with the same area
+// overflows on the same rewrite.
+func TestOriginExtendedAfterItsSnapshot(t *testing.T) {
+	ctx := context.Background()
+	vg := New(16 * ExtentSize)
+	run := func(name string, args ...string) {
+		t.Helper()
+		if _, err := vg.Run(ctx, name, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	then := bytes.Repeat([]byte("then"), ExtentSize/4)
+	run("lvcreate", "--yes", "--name", "a", "--size", "4194304b", Name)
+	if err := vg.WriteLV("a", 0, then); err != nil {
+		t.Fatal(err)
+	}
+	// Two extents: a rewrite of a whole 4 MiB origin and the metadata.
+	run("lvcreate", "--yes", "--name", "before", "--size", "8388608b", "--snapshot", Name+"/a")
+	run("lvextend", "--size", "12582912b", Name+"/a")
+	run("lvcreate", "--yes", "--name", "after", "--size", "8388608b", "--snapshot", Name+"/a")
+	if err := vg.WriteLV("a", 0, bytes.Repeat([]byte{0xee}, 3*ExtentSize)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := vg.ReadLV("before"); err != nil || !bytes.Equal(got[:ExtentSize], then) {
+		t.Errorf("the snapshot made before the extension: %v; want it valid, holding what the origin held", err)
+	}
+	if !vg.LVs["after"].Invalid {
+		t.Error("a snapshot of the extended origin held a rewrite of all of it in an area for a third of it")
+	}
+}
