@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
-	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/internal/fakelvm"
 )
 
@@ -99,12 +97,7 @@ func TestSecondDriverUnstagesWhileTheFirstHoldsTheDisk(t *testing.T) {
 func TestSecondDriverOnAVolumeGroupWaits(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	vg := fakelvm.New(gi)
-	cfg := Config{
-		Endpoint: "unix:///unused", NodeID: testNode, KubeletDir: t.TempDir(), LockDir: t.TempDir(), StatusInterval: time.Hour,
-		Node:                &config.NodeConfig{MaxVolumes: 10, Disks: []config.Disk{{Name: "lvm", Backend: v1alpha1.BackendLVM, VolumeGroup: fakelvm.Name}}},
-		LVMRunner:           vg,
-		DeviceMapperControl: deviceMapperControl(t),
-	}
+	cfg := lvmConfig(t, vg)
 	start := func() *Driver {
 		d, err := New(cfg)
 		if err != nil {
@@ -172,19 +165,8 @@ func deviceMapperControl(t *testing.T) string {
 // driver serving the group wipes), and the group would go on holding the
 // deleted data. Once the wipe is done it retires. lvm2 is faked.
 func TestRetireWaitsForWipes(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
 	vg := fakelvm.New(gi)
-	d, err := New(Config{
-		Endpoint: "unix:///unused", NodeID: testNode, KubeletDir: t.TempDir(), LockDir: t.TempDir(), StatusInterval: time.Hour,
-		Node:                &config.NodeConfig{MaxVolumes: 10, Disks: []config.Disk{{Name: "lvm", Backend: v1alpha1.BackendLVM, VolumeGroup: fakelvm.Name}}},
-		LVMRunner:           vg,
-		DeviceMapperControl: deviceMapperControl(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Start(ctx)
-	t.Cleanup(func() { stopDisks(d) })
+	ctx, d := startLVMDriver(t, vg)
 	vol, err := d.CreateVolume(ctx, createReq("pvc-gone", 64*mi))
 	if err != nil {
 		t.Fatal(err)

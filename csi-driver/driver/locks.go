@@ -6,6 +6,13 @@ import "sync"
 // letting operations on different keys run in parallel. Entries are
 // reference-counted and dropped when unused, so the map does not grow with
 // every volume ever seen.
+//
+// The keys are "volume/"+key and "snapshot/"+key. A call holds at most
+// one volume lock and one snapshot lock, and takes the volume's first:
+// CreateSnapshot holds its source volume's lock while it makes the
+// snapshot, so that no expansion or deletion of the source runs
+// meanwhile. Nothing that holds a snapshot lock may then take a volume
+// lock, nor anything that holds a volume lock take another volume's.
 type keyLocks struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock

@@ -28,6 +28,12 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		return nil, err
 	}
 	key := backend.KeyForName(req.GetName())
+	// The source's lock keeps it as it is until the snapshot is made: an
+	// expansion in between would leave an LVM snapshot of the grown volume
+	// whose copy-on-write area and recorded size are for the smaller one,
+	// and a DeleteVolume in between could miss the snapshot that depends
+	// on it. The volume's lock comes first (see keyLocks).
+	defer d.locks.lock("volume/" + srcKey)()
 	defer d.locks.lock("snapshot/" + key)()
 	for _, other := range d.disks() {
 		if other.health(ctx) != nil {

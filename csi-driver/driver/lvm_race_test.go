@@ -1,0 +1,234 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/backend"
+	"github.com/diskfit/diskfit/csi-driver/config"
+	"github.com/diskfit/diskfit/csi-driver/internal/fakelvm"
+	"github.com/diskfit/diskfit/csi-driver/lvm"
+)
+
+// TestLVMSnapshotOfAVolumeBeingExpanded: CreateSnapshot of an lvm volume
+// while NodeExpandVolume grows it. The snapshot's copy-on-write area is
+// sized for the size its source has when the snapshot is made; a source
+// grown between the backend reading its size and lvcreate would leave an
+// area for the smaller size under a snapshot of the larger one, which a
+// rewrite of the grown source overflows, the snapshot turning invalid
+// and every restore of it failing. The expansion is started there: after
+// the two calls, rewriting the whole grown source leaves the snapshot
+// readable, and a restore at the grown size holds what the source held
+// when the snapshot was taken. lvm2 is faked (fakelvm, which fills a
+// snapshot's area as dm-snapshot does): this machine's kernel has no
+// device-mapper.
+func TestLVMSnapshotOfAVolumeBeingExpanded(t *testing.T) {
+	const size, grown = 16 * mi, 32 * mi
+	vg := fakelvm.New(gi)
+	run := &stepRunner{VG: vg}
+	ctx, d := startLVMDriver(t, run)
+	// The volumes are staged: NodeExpandVolume grows only a volume whose
+	// device exists, and fakelvm makes no device nodes.
+	dk := d.disk("lvm")
+	dk.backend = stagedLVM{dk.backend}
+	snapshot := func(ctx context.Context, name, src string) (*csi.CreateSnapshotResponse, error) {
+		return d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: src})
+	}
+
+	// Which of its lvs calls a snapshot's last before its lvcreate: the
+	// source's size is read by then, and no allocation holds the disk.
+	probe, err := d.CreateVolume(ctx, blockReq("pvc-probe", size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeCtx, commands := run.record(ctx)
+	if _, err := snapshot(probeCtx, "snap-probe", probe.Volume.VolumeId); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a snapshot runs %q", commands())
+	last := 0
+	for _, c := range commands() {
+		if c == "lvcreate" {
+			break
+		}
+		if c == "lvs" {
+			last++
+		}
+	}
+
+	src, err := d.CreateVolume(ctx, blockReq("pvc-src", size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	then := bytes.Repeat([]byte("what the snapshot keeps "), int(size)/24+1)[:size]
+	if err := vg.WriteLV("v-pvc-src", 0, then); err != nil {
+		t.Fatal(err)
+	}
+	snapCtx, paused, resume := run.pauseAt(ctx, "lvs", last)
+	t.Cleanup(resume)
+	snapped := make(chan error, 1)
+	var snap *csi.CreateSnapshotResponse
+	go func() {
+		var err error
+		snap, err = snapshot(snapCtx, "snap", src.Volume.VolumeId)
+		snapped <- err
+	}()
+	<-paused
+	expanded := make(chan error, 1)
+	go func() {
+		_, err := d.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: src.Volume.VolumeId, VolumePath: "/unused",
+			CapacityRange: &csi.CapacityRange{RequiredBytes: grown}, VolumeCapability: blockCap()})
+		expanded <- err
+	}()
+	// The expansion runs while the snapshot is being made, or waits for it.
+	select {
+	case err := <-expanded:
+		expanded <- err
+	case <-time.After(time.Second):
+	}
+	resume()
+	if err := <-snapped; err != nil {
+		t.Fatalf("CreateSnapshot: %v", err)
+	}
+	if err := <-expanded; err != nil {
+		t.Fatalf("NodeExpandVolume: %v", err)
+	}
+
+	if err := vg.WriteLV("v-pvc-src", 0, bytes.Repeat([]byte{0xee}, int(grown))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vg.ReadLV("s-snap"); err != nil {
+		t.Errorf("the snapshot after its grown source was rewritten: %v", err)
+	}
+	req := blockReq("pvc-restored", grown)
+	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
+	if _, err := d.CreateVolume(ctx, req); err != nil {
+		t.Fatalf("restoring the snapshot at the grown size: %v", err)
+	}
+	got, err := vg.ReadLV("v-pvc-restored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := snap.Snapshot.SizeBytes; n < size || !bytes.Equal(got[:size], then) {
+		t.Errorf("the restore (snapshot of %d bytes) does not hold what the source held when the snapshot was taken", n)
+	}
+}
+
+// stepRunner runs lvm2 commands on a fake volume group, and lets a test
+// see which commands one call runs or pause the call at one of them. A
+// call is told from others by the context it is given.
+type stepRunner struct {
+	*fakelvm.VG
+	mu     sync.Mutex
+	before []func(ctx context.Context, name string)
+}
+
+// stepCall marks a call's context.
+type stepCall struct{}
+
+func (r *stepRunner) Run(ctx context.Context, name string, args ...string) (string, error) {
+	r.mu.Lock()
+	before := slices.Clone(r.before)
+	r.mu.Unlock()
+	for _, f := range before {
+		f(ctx, name)
+	}
+	return r.VG.Run(ctx, name, args...)
+}
+
+// onCall returns a context for a call, and has f called before each
+// command the call runs with it.
+func (r *stepRunner) onCall(ctx context.Context, f func(ctx context.Context, name string)) context.Context {
+	mark := new(int)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.before = append(r.before, func(c context.Context, name string) {
+		if c.Value(stepCall{}) == mark {
+			f(c, name)
+		}
+	})
+	return context.WithValue(ctx, stepCall{}, mark)
+}
+
+// record returns a context for a call and what returns the names of the
+// commands the call has run.
+func (r *stepRunner) record(ctx context.Context) (context.Context, func() []string) {
+	var mu sync.Mutex
+	var names []string
+	ctx = r.onCall(ctx, func(_ context.Context, name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		names = append(names, name)
+	})
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(names)
+	}
+}
+
+// pauseAt returns a context for a call whose nth command called name
+// waits, before it runs, until resume is called (or the context ends);
+// paused is closed once it waits.
+func (r *stepRunner) pauseAt(ctx context.Context, name string, nth int) (_ context.Context, paused <-chan struct{}, resume func()) {
+	p, done := make(chan struct{}), make(chan struct{})
+	var seen atomic.Int32
+	ctx = r.onCall(ctx, func(c context.Context, command string) {
+		if command == name && seen.Add(1) == int32(nth) {
+			close(p)
+			select {
+			case <-done:
+			case <-c.Done():
+			}
+		}
+	})
+	return ctx, p, sync.OnceFunc(func() { close(done) })
+}
+
+// stagedLVM is an lvm disk whose volumes all have a device, as staged
+// volumes do: fakelvm makes no device nodes.
+type stagedLVM struct{ backend.Backend }
+
+func (stagedLVM) Device(_ context.Context, key string) (string, error) {
+	return lvm.DevicePath(fakelvm.Name, "v-"+key), nil
+}
+
+// lvmConfig is a driver's config for one lvm disk, "lvm", whose lvm2
+// commands run runs.
+func lvmConfig(t *testing.T, run lvm.Runner) Config {
+	return Config{
+		Endpoint: "unix:///unused", NodeID: testNode, KubeletDir: t.TempDir(), LockDir: t.TempDir(), StatusInterval: time.Hour,
+		Node:                &config.NodeConfig{MaxVolumes: 10, Disks: []config.Disk{{Name: "lvm", Backend: v1alpha1.BackendLVM, VolumeGroup: fakelvm.Name}}},
+		LVMRunner:           run,
+		DeviceMapperControl: deviceMapperControl(t),
+	}
+}
+
+// startLVMDriver starts a driver on lvmConfig.
+func startLVMDriver(t *testing.T, run lvm.Runner) (context.Context, *Driver) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	d, err := New(lvmConfig(t, run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Start(ctx)
+	t.Cleanup(func() { stopDisks(d) })
+	return ctx, d
+}
+
+func blockReq(name string, size int64) *csi.CreateVolumeRequest {
+	req := createReq(name, size)
+	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap()}
+	return req
+}
