@@ -222,7 +222,8 @@ func (f *VG) Hold(name string) (paused <-chan struct{}, resume func()) {
 	return p, sync.OnceFunc(func() { close(r) })
 }
 
-// Run implements lvm.Runner.
+// Run implements lvm.Runner. A command run with a context that has ended
+// fails without running, as exec.CommandContext's does.
 func (f *VG) Run(ctx context.Context, name string, args ...string) (string, error) {
 	f.mu.Lock()
 	before := f.before
@@ -231,6 +232,9 @@ func (f *VG) Run(ctx context.Context, name string, args ...string) (string, erro
 		if err := before(ctx, name); err != nil {
 			return "", err
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -106,7 +106,8 @@ func TestFail(t *testing.T) {
 }
 
 // TestHoldEndsWithContext: a held command whose context ends returns, as
-// a killed process does, without running.
+// a killed process does, without running; a command run with a context
+// that has ended does not start.
 func TestHoldEndsWithContext(t *testing.T) {
 	vg := New(4 * ExtentSize)
 	vg.Create("a", ExtentSize)
@@ -125,6 +126,9 @@ func TestHoldEndsWithContext(t *testing.T) {
 	}
 	if vg.LVs["a"] == nil {
 		t.Error("the held lvremove ran")
+	}
+	if _, err := vg.Run(ctx, "lvremove", "--yes", Name+"/a"); !errors.Is(err, context.Canceled) || vg.LVs["a"] == nil {
+		t.Errorf("lvremove with a context that has ended: %v; want it refused, not run", err)
 	}
 }
 
