@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/lvm"
@@ -298,13 +299,28 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 	}
 	if copyFrom != "" {
 		if err := l.copyLV(ctx, copyFrom, name); err != nil {
-			return nil, errors.Join(err, l.removeLV(ctx, name))
+			return nil, errors.Join(err, l.undo(ctx, name))
 		}
 	}
 	if err := l.markReady(ctx, name); err != nil {
-		return nil, errors.Join(err, l.removeLV(ctx, name))
+		return nil, errors.Join(err, l.undo(ctx, name))
 	}
 	return l.GetVolume(ctx, req.Key)
+}
+
+// undoTimeout bounds undo: its commands are quick unless lvm2 hangs.
+const undoTimeout = time.Minute
+
+// undo removes the LV of a creation that failed, with a context that the
+// end of the call's does not end: a copy fails most often because its
+// caller gave up (external-provisioner's --timeout kills the dd with the
+// call), and with the call's context every command of the removal would
+// fail too, leaving the LV half made and holding its space until a retry
+// of the same name or the next start.
+func (l *LVM) undo(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	return l.removeLV(ctx, name)
 }
 
 // copyLV copies the data of one LV into another with direct I/O.
@@ -479,7 +495,7 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 		return nil, err
 	}
 	if err := l.markReady(ctx, lvName); err != nil {
-		return nil, errors.Join(err, l.removeLV(ctx, lvName))
+		return nil, errors.Join(err, l.undo(ctx, lvName))
 	}
 	return l.GetSnapshot(ctx, key)
 }

@@ -232,3 +232,65 @@ func blockReq(name string, size int64) *csi.CreateVolumeRequest {
 	req.VolumeCapabilities = []*csi.VolumeCapability{blockCap()}
 	return req
 }
+
+// TestLVMCopyCancelledLeavesNothingHalfMade: a restore or clone whose
+// caller gives up mid-copy (external-provisioner's --timeout ends the
+// call, and dd is killed with it) removes the LV it made: removing it
+// with the call's ended context would fail, and the LV, half copied and
+// holding its space, would stay until a retry of the same name or the
+// next start; a claim deleted meanwhile is never retried. The retry then
+// makes the volume. lvm2 is faked (fakelvm).
+func TestLVMCopyCancelledLeavesNothingHalfMade(t *testing.T) {
+	const size = 16 * mi
+	vg := fakelvm.New(gi)
+	ctx, d := startLVMDriver(t, vg)
+	src, err := d.CreateVolume(ctx, blockReq("pvc-src", size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("copied "), int(size)/7+1)[:size]
+	if err := vg.WriteLV("v-pvc-src", 0, data); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: src.Volume.VolumeId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		source *csi.VolumeContentSource
+	}{
+		{"pvc-clone", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.Volume.VolumeId}}}},
+		{"pvc-restore", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}},
+	} {
+		req := blockReq(c.name, size)
+		req.VolumeContentSource = c.source
+		paused, resume := vg.Hold("dd")
+		callCtx, cancel := context.WithCancel(ctx)
+		created := make(chan error, 1)
+		go func() {
+			_, err := d.CreateVolume(callCtx, req)
+			created <- err
+		}()
+		<-paused
+		cancel() // the provisioner's timeout
+		err := <-created
+		resume()
+		if err == nil {
+			t.Fatalf("%s: CreateVolume succeeded though its copy was killed", c.name)
+		}
+		for _, lv := range vg.Names() {
+			if lv == "v-"+c.name {
+				t.Errorf("%s: the cancelled copy left LV %s (%v)", c.name, lv, err)
+			}
+		}
+		if _, err := d.CreateVolume(ctx, req); err != nil {
+			t.Fatalf("%s: the retry: %v", c.name, err)
+		}
+		if got, err := vg.ReadLV("v-" + c.name); err != nil || !bytes.Equal(got[:size], data) {
+			t.Errorf("%s: the retry made a volume without its source's data (%v)", c.name, err)
+		}
+	}
+}
