@@ -5,7 +5,9 @@
 // util-linux do, so the LVM backend's command building and report parsing
 // run against realistic output. It is a fake because the project's test
 // machines have no device-mapper, so real lvm2 cannot activate a logical
-// volume there; TestLVMReal runs it where it can.
+// volume there; TestLVMReal runs it where it can. An LV may be marked
+// open (SetOpen), as a mount or a pod's Block device holds it: lvs
+// reports it in lv_attr, and lvm2's refusals follow.
 //
 // The fake keeps data as well: the group is an array of 4 MiB extents, and
 // an LV is a list of them. As in lvm2, lvremove frees an LV's extents
@@ -195,6 +197,20 @@ func (f *VG) SetFail(key string, err error) {
 	}
 }
 
+// SetOpen marks LV name open or closed, as a process opening or closing
+// its device (a mount, a pod's Block device) would; it may be called
+// while commands run.
+func (f *VG) SetOpen(name string, open bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	lv := f.LVs[name]
+	if lv == nil {
+		return fmt.Errorf("fakelvm: no LV %s", name)
+	}
+	lv.Open = open
+	return nil
+}
+
 // Hold makes the first command called name that runs from now on wait,
 // before it runs, until resume is called; paused is closed once it waits.
 // A test holds an operation there (its lvcreate, its copy) while other
@@ -279,7 +295,8 @@ func (f *VG) run(name string, args []string) (string, error) {
 	case "lvs":
 		var rows []string
 		for n, lv := range f.LVs {
-			rows = append(rows, fmt.Sprintf(`{"lv_name":%q,"lv_size":"%d","lv_tags":%q,"lv_time":"2026-11-29 23:40:01 +0000","origin":%q}`, n, lv.Size, strings.Join(lv.Tags, ","), lv.Origin))
+			rows = append(rows, fmt.Sprintf(`{"lv_name":%q,"lv_size":"%d","lv_tags":%q,"lv_time":"2026-11-29 23:40:01 +0000","origin":%q,"lv_attr":%q}`,
+				n, lv.Size, strings.Join(lv.Tags, ","), lv.Origin, f.attr(n, lv)))
 		}
 		return `{"report":[{"lv":[` + strings.Join(rows, ",") + `]}]}`, nil
 	case "lvcreate":
@@ -469,6 +486,33 @@ func (f *VG) run(name string, args []string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// attr is LV name's lv_attr as lvs reports it: its type (o an origin, s
+// a snapshot), permissions, allocation policy, fixed minor, state (a
+// active, I an invalid snapshot), whether its device is open (o), target
+// type (s for snapshots and origins), zeroing, health and activation
+// skipping.
+func (f *VG) attr(name string, lv *LV) string {
+	a := []byte("-wi-------")
+	if lv.Origin != "" {
+		a[0], a[6] = 's', 's'
+	}
+	for _, s := range f.LVs {
+		if s.Origin == name {
+			a[0], a[6] = 'o', 's'
+		}
+	}
+	if !lv.Inactive {
+		a[4] = 'a'
+		if lv.Invalid {
+			a[4] = 'I'
+		}
+		if lv.Open {
+			a[5] = 'o'
+		}
+	}
+	return string(a)
 }
 
 // copyOnWrite is what dm-snapshot does before n bytes at off of LV origin

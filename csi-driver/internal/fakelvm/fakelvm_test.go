@@ -3,7 +3,9 @@ package fakelvm
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -163,5 +165,57 @@ func TestOriginExtendedAfterItsSnapshot(t *testing.T) {
 	}
 	if !vg.LVs["after"].Invalid {
 		t.Error("a snapshot of the extended origin held a rewrite of all of it in an area for a third of it")
+	}
+}
+
+// TestLvsReportsOpenLVs: lvs reports lv_attr as lvm2 does, its sixth
+// character "o" for an LV whose device something holds open (a mount, a
+// pod's Block device) and "-" otherwise, and "a" in the fifth for an
+// active LV.
+func TestLvsReportsOpenLVs(t *testing.T) {
+	ctx := context.Background()
+	vg := New(4 * ExtentSize)
+	vg.Create("open", ExtentSize)
+	vg.Create("closed", ExtentSize)
+	vg.Create("inactive", ExtentSize)
+	if err := vg.SetOpen("open", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := vg.SetOpen("missing", true); err == nil {
+		t.Error("SetOpen of an LV that does not exist: no error")
+	}
+	if _, err := vg.Run(ctx, "lvchange", "--activate", "n", Name+"/inactive"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := vg.Run(ctx, "lvs", "--reportformat", "json", "-o", "lv_name,lv_attr", Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report struct {
+		Report []struct {
+			LV []struct {
+				Name string `json:"lv_name"`
+				Attr string `json:"lv_attr"`
+			} `json:"lv"`
+		} `json:"report"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatal(err)
+	}
+	attrs := map[string]string{}
+	for _, r := range report.Report {
+		for _, lv := range r.LV {
+			attrs[lv.Name] = lv.Attr
+		}
+	}
+	want := map[string]string{"open": "-wi-ao----", "closed": "-wi-a-----", "inactive": "-wi-------"}
+	if !maps.Equal(attrs, want) {
+		t.Errorf("lv_attr %q, want %q", attrs, want)
+	}
+	if err := vg.SetOpen("open", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vg.Run(ctx, "lvchange", "--activate", "n", Name+"/open"); err != nil {
+		t.Errorf("deactivating an LV once closed: %v", err)
 	}
 }
