@@ -27,7 +27,8 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrNoSpace: the disk cannot hold the requested bytes.
 	ErrNoSpace = errors.New("not enough space on disk")
-	// ErrInUse: the volume is still attached and cannot be deleted.
+	// ErrInUse: the volume is in use (attached, its device open): it
+	// cannot be deleted, nor be the source of an LVM clone.
 	ErrInUse = errors.New("volume is in use")
 	// ErrUnsupported: the disk cannot do this (no reflink, no device-mapper).
 	ErrUnsupported = errors.New("not supported by this disk")

@@ -277,8 +277,20 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 		copyFrom = volumePrefix + req.FromVolume
 	}
 	if copyFrom != "" {
-		if _, err := l.find(ctx, copyFrom); err != nil {
+		src, err := l.find(ctx, copyFrom)
+		if err != nil {
 			return nil, fmt.Errorf("content source %s: %w", copyFrom, err)
+		}
+		// dd copies a volume block by block, with no snapshot or freeze:
+		// one written meanwhile would give a copy of blocks from
+		// different moments, a filesystem no journal replay repairs. So a
+		// source in use is refused (Kubernetes asks for a clone's source
+		// not to be), and the caller keeps it unused until the copy ends
+		// (the driver holds the source volume's lock, which staging
+		// takes). A snapshot is never in use: restores copy from it.
+		if req.FromVolume != "" && src.open {
+			return nil, fmt.Errorf("source volume %s: %w (its device is open: mounted, or a pod's Block device); "+
+				"clone it once no pod uses it, or take a VolumeSnapshot and restore it", req.FromVolume, ErrInUse)
 		}
 	}
 	if err := l.clearLeftover(ctx, name); err != nil {

@@ -55,6 +55,8 @@ type lv struct {
 	refs       Refs
 	// origin is the LV a snapshot is of, "" once split off or for a volume.
 	origin string
+	// open is an LV whose device something holds open (lvm.LV.Open).
+	open bool
 }
 
 // decodeLVs keeps diskfit's LVs of an lvs report (those with a name tag),
@@ -87,7 +89,7 @@ func decodeLVs(raws []lvm.LV) ([]lv, error) {
 
 // decodeLV reads the tags of one LV; ok is false when it has no name tag.
 func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
-	v := lv{name: raw.Name, size: raw.SizeBytes, area: raw.SizeBytes, createdAt: raw.Time, origin: raw.Origin}
+	v := lv{name: raw.Name, size: raw.SizeBytes, area: raw.SizeBytes, createdAt: raw.Time, origin: raw.Origin, open: raw.Open}
 	for _, tag := range raw.Tags {
 		switch {
 		case strings.HasPrefix(tag, tagName):

@@ -271,10 +271,24 @@ func TestLVMReal(t *testing.T) {
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k2", Name: "k2", SizeBytes: 128 * mi, FromSnapshot: "s1"}); err != nil {
 		t.Fatal(err)
 	}
+	// A clone of a volume whose device is open (as a mount or a pod's
+	// Block device holds it) is refused; once closed it is made.
+	open, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clone := CreateRequest{Key: "k3", Name: "k3", SizeBytes: 128 * mi, FromVolume: "k1"}
+	if _, err := l.CreateVolume(ctx, clone); !errors.Is(err, ErrInUse) {
+		t.Errorf("cloning a volume whose device is open: %v, want ErrInUse", err)
+	}
+	open.Close()
+	if _, err := l.CreateVolume(ctx, clone); err != nil {
+		t.Fatal(err)
+	}
 	if err := l.DeleteVolume(ctx, "k1"); !errors.Is(err, ErrInUse) {
 		t.Errorf("deleting a volume with a snapshot: %v, want ErrInUse", err)
 	}
-	for _, err := range []error{l.DeleteSnapshot(ctx, "s1"), l.Detach(ctx, "k1"), l.DeleteVolume(ctx, "k1"), l.DeleteVolume(ctx, "k2")} {
+	for _, err := range []error{l.DeleteSnapshot(ctx, "s1"), l.Detach(ctx, "k1"), l.DeleteVolume(ctx, "k1"), l.DeleteVolume(ctx, "k2"), l.DeleteVolume(ctx, "k3")} {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -100,10 +100,11 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 
 	creq := backend.CreateRequest{Key: key, Name: req.GetName(), SizeBytes: size,
 		PVCNamespace: req.GetParameters()[diskfit.PVCNamespaceKey], PVCName: req.GetParameters()[diskfit.PVCNameKey]}
-	srcDisk, err := d.contentSource(ctx, req.GetVolumeContentSource(), req.GetCapacityRange().GetLimitBytes(), &creq)
+	srcDisk, unlockSource, err := d.contentSource(ctx, req.GetVolumeContentSource(), req.GetCapacityRange().GetLimitBytes(), &creq)
 	if err != nil {
 		return nil, err
 	}
+	defer unlockSource()
 	// A copy may be larger than asked for: never smaller than its source.
 	size = creq.SizeBytes
 	target, err := d.placeVolume(ctx, req.GetParameters(), size, srcDisk)
@@ -177,52 +178,75 @@ func sameSource(dk *disk, vol *backend.Volume, src *csi.VolumeContentSource) boo
 
 // contentSource resolves a snapshot or volume source into creq and returns
 // the disk holding it, which is where the new volume must go: reflink
-// copies only work within one filesystem.
-func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource, limit int64, creq *backend.CreateRequest) (*disk, error) {
+// copies only work within one filesystem. A source volume's lock is held
+// from before its size is read until unlock, which the caller calls once
+// the copy is made: no stage gives the source to a pod meanwhile (an LVM
+// clone copies the live source block by block, and refuses one in use
+// only when it starts), no expansion grows it past the size read, no
+// deletion removes it. The lock is taken only for a source that is a
+// ready volume other than the one being made (see keyLocks).
+func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource, limit int64, creq *backend.CreateRequest) (_ *disk, unlock func(), err error) {
+	unlock = func() {}
+	defer func() {
+		if err != nil {
+			unlock()
+		}
+	}()
 	var id, kind string
 	switch {
 	case src == nil:
-		return nil, nil
+		return nil, unlock, nil
 	case src.GetSnapshot() != nil:
 		id, kind = src.GetSnapshot().GetSnapshotId(), "snapshot"
 	case src.GetVolume() != nil:
 		id, kind = src.GetVolume().GetVolumeId(), "volume"
 	default:
-		return nil, status.Error(codes.InvalidArgument, "unknown volume content source")
+		return nil, unlock, status.Error(codes.InvalidArgument, "unknown volume content source")
 	}
 	diskName, key, err := parseID("source "+kind, id)
 	if err != nil {
-		return nil, err
+		return nil, unlock, err
 	}
 	dk, err := d.availableDisk(diskName, "source "+kind, id)
 	if err != nil {
-		return nil, err
+		return nil, unlock, err
 	}
 	if !dk.backend.SupportsSnapshots() {
-		return nil, status.Errorf(codes.InvalidArgument, "disk %s cannot copy volumes (no reflink)", dk.name)
+		return nil, unlock, status.Errorf(codes.InvalidArgument, "disk %s cannot copy volumes (no reflink)", dk.name)
 	}
 	var srcSize int64
 	if kind == "snapshot" {
 		snap, err := dk.backend.GetSnapshot(ctx, key)
 		if err != nil {
-			return nil, toStatus(fmt.Errorf("source snapshot %q: %w", id, err))
+			return nil, unlock, toStatus(fmt.Errorf("source snapshot %q: %w", id, err))
 		}
 		srcSize, creq.FromSnapshot = snap.SizeBytes, key
 	} else {
+		// Seen ready before its lock is waited for, and read again
+		// under it.
+		if _, err := dk.backend.GetVolume(ctx, key); err != nil {
+			return nil, unlock, toStatus(fmt.Errorf("source volume %q: %w", id, err))
+		}
+		if key == creq.Key {
+			// Only when the lookup of the new volume missed it (its disk
+			// unhealthy a moment before): its lock is held already.
+			return nil, unlock, status.Errorf(codes.InvalidArgument, "volume %q cannot be its own source", creq.Name)
+		}
+		unlock = d.locks.lock("volume/" + key)
 		vol, err := dk.backend.GetVolume(ctx, key)
 		if err != nil {
-			return nil, toStatus(fmt.Errorf("source volume %q: %w", id, err))
+			return nil, unlock, toStatus(fmt.Errorf("source volume %q: %w", id, err))
 		}
 		srcSize, creq.FromVolume = vol.SizeBytes, key
 	}
 	if creq.SizeBytes < srcSize {
 		// A copy is never smaller than its source.
 		if limit > 0 && srcSize > limit {
-			return nil, status.Errorf(codes.OutOfRange, "source %s %q has %d bytes, more than the limit of %d", kind, id, srcSize, limit)
+			return nil, unlock, status.Errorf(codes.OutOfRange, "source %s %q has %d bytes, more than the limit of %d", kind, id, srcSize, limit)
 		}
 		creq.SizeBytes = srcSize
 	}
-	return dk, nil
+	return dk, unlock, nil
 }
 
 // csiVolume describes vol for CSI.

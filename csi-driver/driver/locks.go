@@ -7,12 +7,29 @@ import "sync"
 // reference-counted and dropped when unused, so the map does not grow with
 // every volume ever seen.
 //
-// The keys are "volume/"+key and "snapshot/"+key. A call holds at most
-// one volume lock and one snapshot lock, and takes the volume's first:
-// CreateSnapshot holds its source volume's lock while it makes the
-// snapshot, so that no expansion or deletion of the source runs
-// meanwhile. Nothing that holds a snapshot lock may then take a volume
-// lock, nor anything that holds a volume lock take another volume's.
+// The keys are "volume/"+key and "snapshot/"+key. A call takes at most
+// two of them, in one of these orders:
+//
+//   - CreateVolume of a clone holds the new volume's lock, then its
+//     source volume's until the copy is made, so that no stage (which
+//     gives the source to a pod), expansion or deletion of the source
+//     runs meanwhile.
+//   - CreateSnapshot holds its source volume's lock, then the
+//     snapshot's, while it makes the snapshot, so that no expansion or
+//     deletion of the source runs meanwhile.
+//
+// Nothing that holds a snapshot lock takes a volume lock, and nothing
+// takes a lock after a clone's source's. No calls wait for each other's
+// volume locks in a cycle: a CreateVolume answers for a volume that is
+// ready before it looks at any source, so it holds its own lock only
+// while its volume is not ready, and nothing makes that volume ready
+// meanwhile; it waits for its source's lock only after it has seen the
+// source ready (contentSource), which is after it took its own lock. A
+// clone waiting for a volume's lock that another clone holds as its new
+// volume's therefore saw that volume ready before the other took that
+// lock, and took its own lock earlier still. Around a cycle of such
+// waits each call would have taken its lock before the next one took
+// its, which is impossible. (A volume is never its own source.)
 type keyLocks struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock

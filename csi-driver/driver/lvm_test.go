@@ -3,13 +3,18 @@ package driver
 import (
 	"bytes"
 	"context"
+	"errors"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
@@ -233,6 +238,32 @@ func blockReq(name string, size int64) *csi.CreateVolumeRequest {
 	return req
 }
 
+// cloneReq asks for a Block volume copied from the volume src.
+func cloneReq(name string, size int64, src string) *csi.CreateVolumeRequest {
+	req := blockReq(name, size)
+	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+		Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src}}}
+	return req
+}
+
+// startWithSource starts a driver on a fake volume group holding one
+// Block volume, pvc-src (LV v-pvc-src), of size bytes filled with text
+// repeated; it returns the volume's ID and what it holds.
+func startWithSource(t *testing.T, size int64, text string) (context.Context, *Driver, *fakelvm.VG, string, []byte) {
+	t.Helper()
+	vg := fakelvm.New(gi)
+	ctx, d := startLVMDriver(t, vg)
+	src, err := d.CreateVolume(ctx, blockReq("pvc-src", size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte(text), int(size)/len(text)+1)[:size]
+	if err := vg.WriteLV("v-pvc-src", 0, data); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, d, vg, src.Volume.VolumeId, data
+}
+
 // TestLVMCopyCancelledLeavesNothingHalfMade: a restore or clone whose
 // caller gives up mid-copy (external-provisioner's --timeout ends the
 // call, and dd is killed with it) removes the LV it made: removing it
@@ -242,17 +273,8 @@ func blockReq(name string, size int64) *csi.CreateVolumeRequest {
 // makes the volume. lvm2 is faked (fakelvm).
 func TestLVMCopyCancelledLeavesNothingHalfMade(t *testing.T) {
 	const size = 16 * mi
-	vg := fakelvm.New(gi)
-	ctx, d := startLVMDriver(t, vg)
-	src, err := d.CreateVolume(ctx, blockReq("pvc-src", size))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := bytes.Repeat([]byte("copied "), int(size)/7+1)[:size]
-	if err := vg.WriteLV("v-pvc-src", 0, data); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: src.Volume.VolumeId})
+	ctx, d, vg, src, data := startWithSource(t, size, "copied ")
+	snap, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: src})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,8 +282,7 @@ func TestLVMCopyCancelledLeavesNothingHalfMade(t *testing.T) {
 		name   string
 		source *csi.VolumeContentSource
 	}{
-		{"pvc-clone", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
-			Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: src.Volume.VolumeId}}}},
+		{"pvc-clone", cloneReq("", 0, src).VolumeContentSource},
 		{"pvc-restore", &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}},
 	} {
@@ -292,5 +313,86 @@ func TestLVMCopyCancelledLeavesNothingHalfMade(t *testing.T) {
 		if got, err := vg.ReadLV("v-" + c.name); err != nil || !bytes.Equal(got[:size], data) {
 			t.Errorf("%s: the retry made a volume without its source's data (%v)", c.name, err)
 		}
+	}
+}
+
+// TestLVMCloneOfASourceInUse: an lvm clone is a dd of the live source,
+// block by block; a pod writing meanwhile would leave a copy of blocks
+// from different moments, a filesystem no journal replay repairs, which
+// is recorded as holding a filesystem and never formatted. A source
+// whose device is open (mounted, a pod's Block device, which the kubelet
+// holds open by a loop device while a pod maps it) is refused with
+// FailedPrecondition, saying what to do, and no LV is made; Kubernetes
+// asks for a clone's source not to be in use. Once closed, the clone is
+// made and holds what the source holds. lvm2 is faked (fakelvm).
+func TestLVMCloneOfASourceInUse(t *testing.T) {
+	const size = 16 * mi
+	ctx, d, vg, src, data := startWithSource(t, size, "the source ")
+	if err := vg.SetOpen("v-pvc-src", true); err != nil {
+		t.Fatal(err)
+	}
+	before := vg.Names()
+	_, err := d.CreateVolume(ctx, cloneReq("pvc-clone", size, src))
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "VolumeSnapshot") {
+		t.Errorf("a clone of a source in use: %v; want FailedPrecondition saying to clone it once no pod uses it or to restore a VolumeSnapshot", err)
+	}
+	if after := vg.Names(); !slices.Equal(after, before) {
+		t.Errorf("the refused clone left LVs %q; there were %q", after, before)
+	}
+
+	if err := vg.SetOpen("v-pvc-src", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.CreateVolume(ctx, cloneReq("pvc-clone", size, src)); err != nil {
+		t.Fatalf("a clone of a source no pod uses: %v", err)
+	}
+	if got, err := vg.ReadLV("v-pvc-clone"); err != nil || !bytes.Equal(got[:size], data) {
+		t.Errorf("the clone does not hold what its source holds (%v)", err)
+	}
+}
+
+// TestLVMSourceIsNotStagedMidClone: a clone's source is checked not to be
+// in use before its copy starts, and must not come into use before the
+// copy ends. A NodeStageVolume of the source (the kubelet staging it for
+// a pod) sent while the copy runs does not finish before the copy does,
+// so the pod, which writes once its volume is staged, writes nothing into
+// the source that the clone would take in part: the clone holds what the
+// source held when it was asked for. lvm2 is faked (fakelvm).
+func TestLVMSourceIsNotStagedMidClone(t *testing.T) {
+	const size = 16 * mi
+	ctx, d, vg, src, then := startWithSource(t, size, "before the pod ")
+	paused, resume := vg.Hold("dd")
+	t.Cleanup(resume)
+	cloned := make(chan error, 1)
+	go func() {
+		_, err := d.CreateVolume(ctx, cloneReq("pvc-clone", size, src))
+		cloned <- err
+	}()
+	<-paused
+	staged := make(chan error, 1)
+	go func() {
+		_, err := d.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: src,
+			StagingTargetPath: filepath.Join(d.kubeletDir, "plugins", "staging", "src"), VolumeCapability: blockCap()})
+		if err == nil {
+			// The pod opens its device and writes.
+			err = errors.Join(vg.SetOpen("v-pvc-src", true), vg.WriteLV("v-pvc-src", 0, bytes.Repeat([]byte{0xee}, int(size))))
+		}
+		staged <- err
+	}()
+	select {
+	case err := <-staged:
+		t.Errorf("the source was staged while the clone copied it (%v)", err)
+		staged <- err
+	case <-time.After(time.Second):
+	}
+	resume()
+	if err := <-cloned; err != nil {
+		t.Fatalf("the clone: %v", err)
+	}
+	if err := <-staged; err != nil {
+		t.Fatalf("staging the source: %v", err)
+	}
+	if got, err := vg.ReadLV("v-pvc-clone"); err != nil || !bytes.Equal(got[:size], then) {
+		t.Errorf("the clone does not hold what its source held when it was asked for (%v)", err)
 	}
 }

@@ -126,6 +126,11 @@ type LV struct {
 	Time time.Time
 	// Origin is the LV a snapshot is of, "" for other LVs.
 	Origin string
+	// Open is an LV whose device something holds open: a mount, a
+	// process, a loop device on it (the kubelet keeps one on a Block
+	// volume a pod maps). lvs reports it as "o", the sixth character of
+	// lv_attr.
+	Open bool
 }
 
 type lvsReport struct {
@@ -136,13 +141,14 @@ type lvsReport struct {
 			Tags   string `json:"lv_tags"`
 			Time   string `json:"lv_time"`
 			Origin string `json:"origin"`
+			Attr   string `json:"lv_attr"`
 		} `json:"lv"`
 	} `json:"report"`
 }
 
 // ListLVs runs lvs for the volume group vg.
 func ListLVs(ctx context.Context, run Runner, vg string) ([]LV, error) {
-	out, err := run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time,origin", vg)
+	out, err := run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time,origin,lv_attr", vg)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +168,7 @@ func ParseLVs(out string) ([]LV, error) {
 			if err != nil {
 				return nil, fmt.Errorf("parsing lv_size %q of %s: %w", raw.Size, raw.Name, err)
 			}
-			v := LV{Name: raw.Name, SizeBytes: size, Origin: raw.Origin}
+			v := LV{Name: raw.Name, SizeBytes: size, Origin: raw.Origin, Open: len(raw.Attr) > 5 && raw.Attr[5] == 'o'}
 			if raw.Tags != "" {
 				v.Tags = strings.Split(raw.Tags, ",")
 			}

@@ -9,16 +9,16 @@ import (
 
 func TestParseReports(t *testing.T) {
 	lvs, err := ParseLVs(`{"report":[{"lv":[` +
-		`{"lv_name":"v-b","lv_size":"4194304","lv_tags":"diskfit.name=YQ,diskfit.state=ready","lv_time":"2026-11-29 23:40:01 +0000"},` +
-		`{"lv_name":"swap","lv_size":"1","lv_tags":"","lv_time":"yesterday"},` +
+		`{"lv_name":"v-b","lv_size":"4194304","lv_tags":"diskfit.name=YQ,diskfit.state=ready","lv_time":"2026-11-29 23:40:01 +0000","lv_attr":"owi-a-s---"},` +
+		`{"lv_name":"swap","lv_size":"1","lv_tags":"","lv_time":"yesterday","lv_attr":"-wi-ao----"},` +
 		`{"lv_name":"s-c","lv_size":"4194304","lv_tags":"","lv_time":"","origin":"v-b"}]}]}`)
 	want := []LV{
 		{Name: "s-c", SizeBytes: 4 << 20, Origin: "v-b"},
-		{Name: "swap", SizeBytes: 1},
+		{Name: "swap", SizeBytes: 1, Open: true},
 		{Name: "v-b", SizeBytes: 4 << 20, Tags: []string{"diskfit.name=YQ", "diskfit.state=ready"}, Time: time.Date(2026, 11, 29, 23, 40, 1, 0, time.UTC)},
 	}
 	if err != nil || !slices.EqualFunc(lvs, want, func(a, b LV) bool {
-		return a.Name == b.Name && a.SizeBytes == b.SizeBytes && slices.Equal(a.Tags, b.Tags) && a.Time.Equal(b.Time) && a.Origin == b.Origin
+		return a.Name == b.Name && a.SizeBytes == b.SizeBytes && slices.Equal(a.Tags, b.Tags) && a.Time.Equal(b.Time) && a.Origin == b.Origin && a.Open == b.Open
 	}) {
 		t.Errorf("ParseLVs = %+v, %v, want %+v sorted by name", lvs, err, want)
 	}
