@@ -351,6 +351,40 @@ func TestLVMCloneOfASourceInUse(t *testing.T) {
 	}
 }
 
+// The PV informer tells the driver of every PV event (VolumeReferenced).
+// An event for a clone's source, whose PV was recorded long before, must
+// not wait for the copy to end, which holds the source's lock and may
+// take as long as csi-provisioner's timeout: the informer's handler would
+// hold up every other PV's event behind it.
+func TestLVMPVEventsDoNotWaitForAClone(t *testing.T) {
+	const size = 16 * mi
+	ctx, d, vg, src, _ := startWithSource(t, size, "source ")
+	d.VolumeReferenced(ctx, src) // its PV, as the informer saw it long before
+	paused, resume := vg.Hold("dd")
+	t.Cleanup(resume)
+	cloned := make(chan error, 1)
+	go func() {
+		_, err := d.CreateVolume(ctx, cloneReq("pvc-clone", size, src))
+		cloned <- err
+	}()
+	<-paused
+	told := make(chan struct{})
+	go func() {
+		d.VolumeReferenced(ctx, src) // an update of the source's PV
+		close(told)
+	}()
+	select {
+	case <-told:
+	case <-time.After(time.Second):
+		t.Error("an event of the source's PV waited for the clone's copy")
+	}
+	resume()
+	if err := <-cloned; err != nil {
+		t.Fatalf("the clone: %v", err)
+	}
+	<-told
+}
+
 // TestLVMSourceIsNotStagedMidClone: a clone's source is checked not to be
 // in use before its copy starts, and must not come into use before the
 // copy ends. A NodeStageVolume of the source (the kubelet staging it for

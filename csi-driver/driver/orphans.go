@@ -188,6 +188,8 @@ func (d *Driver) sweep(ctx context.Context, kind refKind, items []swept) {
 	var candidates []swept
 	for i, it := range items {
 		switch {
+		case !without.Has(ids[i]) && it.refs.Equal(backend.Refs{}):
+			// Referenced, as recorded: no lock taken (see VolumeReferenced).
 		case !without.Has(ids[i]):
 			d.updateRefs(ctx, kind, it, func(backend.Refs) backend.Refs { return backend.Refs{} })
 		case it.refs.UnreferencedSince.IsZero():
@@ -260,6 +262,12 @@ func (d *Driver) VolumeReferenced(ctx context.Context, id string) {
 		return
 	}
 	kind := d.volumeRefs()
+	// Most events are of PVs already recorded: those take no lock, which
+	// a clone holds on its source for its whole copy, and the informer's
+	// handler would hold up every other PV's event behind it.
+	if _, refs, err := kind.get(ctx, dk, key); err == nil && refs.Equal(backend.Refs{}) {
+		return
+	}
 	defer d.locks.lock(kind.lock + key)()
 	err = d.changeRefs(ctx, kind, dk, key, func(backend.Refs) backend.Refs { return backend.Refs{} })
 	if err != nil && !errors.Is(err, backend.ErrNotFound) {
