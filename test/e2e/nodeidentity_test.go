@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +175,32 @@ func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 	if err := patchPV("e2e-other-b", `{"spec":{"capacity":{"storage":"2Gi"}}}`); err != nil {
 		t.Errorf("node-a's driver patching the capacity of node-b's PV (the resizer's write): %v", err)
 	}
+	// Every node's external-provisioner adds its finalizer to the
+	// driver's PVs of policy Delete and removes it from those of policy
+	// Retain: a PV of a node that is down must still lose it.
+	const provisionerFinalizer = "external-provisioner.volume.kubernetes.io/finalizer"
+	setFinalizer := func(on bool) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			pv, err := asNodeA.CoreV1().PersistentVolumes().Get(ctx, "e2e-other-b", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			fins := slices.DeleteFunc(pv.Finalizers, func(f string) bool { return f == provisionerFinalizer })
+			if on {
+				fins = append(fins, provisionerFinalizer)
+			}
+			// As the provisioner does: a patch of the whole list (the
+			// role has no update).
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fins, "resourceVersion": pv.ResourceVersion}})
+			return patchPV(pv.Name, string(patch))
+		})
+	}
+	if err := setFinalizer(true); err != nil {
+		t.Errorf("node-a's driver adding external-provisioner's finalizer to node-b's PV: %v", err)
+	}
+	if err := setFinalizer(false); err != nil {
+		t.Errorf("node-a's driver removing external-provisioner's finalizer from node-b's Retain PV: %v", err)
+	}
 	pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, "e2e-other-b", metav1.GetOptions{})
 	if err != nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain || pv.Spec.ClaimRef != nil {
 		t.Errorf("node-b's PV after node-a's writes: %+v, %v", pv, err)
@@ -202,4 +230,12 @@ func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 		return err
 	})
 	refused("node-a's driver giving a claim an owner", err)
+	// The status subresource (the resizer's) keeps metadata changes too.
+	_, err = asNodeA.CoreV1().PersistentVolumeClaims("default").Patch(ctx, pvc.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000002"}]}}`),
+		metav1.PatchOptions{}, "status")
+	refused("node-a's driver giving a claim an owner through its status", err)
+	if got, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{}); err != nil || len(got.OwnerReferences) != 0 {
+		t.Errorf("claim after node-a's writes: owners %v, %v", got.OwnerReferences, err)
+	}
 }
