@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -394,7 +395,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 			}
 		}
 	}
-	held := c.tooManyNodesFailing(len(dns))
+	held := c.tooManyNodesFailing(len(dns), claims)
 	if held != c.holding {
 		if held != "" {
 			logger.Info("Releasing no claim of a failed disk", "reason", held)
@@ -450,12 +451,17 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 	}
 }
 
-// tooManyNodesFailing says why releases are held, if disks fail on more
-// nodes at once than MaxNodesWithFailedDisks of the diskNodes nodes allows.
-func (c *Controller) tooManyNodesFailing(diskNodes int) string {
+// tooManyNodesFailing says why releases are held, if disks with claims to
+// release fail on more nodes at once than MaxNodesWithFailedDisks of the
+// diskNodes nodes allows. A failed disk with nothing left to release (its
+// claims released, or none opted in: a dead disk awaiting replacement)
+// does not count, or it would hold every later release.
+func (c *Controller) tooManyNodesFailing(diskNodes int, claims map[diskfit.Location][]Claim) string {
 	nodes := sets.New[string]()
 	for loc := range c.failing {
-		nodes.Insert(loc.Node)
+		if slices.ContainsFunc(claims[loc], func(cl Claim) bool { return diskfit.ReleasedOnDiskLoss(cl.PVC, cl.Class) }) {
+			nodes.Insert(loc.Node)
+		}
 	}
 	limit, _ := intstr.GetScaledValueFromIntOrPercent(&c.opts.MaxNodesWithFailedDisks, diskNodes, false) // Validate checked it
 	limit = max(limit, 1)

@@ -392,6 +392,29 @@ func TestDisksFailingOnManyNodesReleaseNothing(t *testing.T) {
 	}
 }
 
+// TestAnOldFailureHoldsNoRelease: a disk that failed long ago and has no
+// claim left to release (dead, awaiting replacement) does not count
+// towards MaxNodesWithFailedDisks: a disk failing on another node later
+// has its claims released as if it were the only one.
+func TestAnOldFailureHoldsNoRelease(t *testing.T) {
+	objs := []runtime.Object{node("n1"), node("n2"), node("n3")}
+	objs = append(objs, claim("kept-on-n1", plainClass, "n1", "d0", nil)...)
+	objs = append(objs, claim("on-n2", plainClass, "n2", "d0", releaseAnnotation)...)
+	e := newEnv(t, objs, diskNode("n1", "d0"), diskNode("n2", "d0"), diskNode("n3", "d0"))
+	e.c.Pass(e.ctx)
+	e.setHealthy("n1", "d0", false)
+	e.step(10 * diskGrace)
+	e.setHealthy("n2", "d0", false)
+	e.c.Pass(e.ctx)
+	e.step(diskGrace)
+	if e.pvcExists("on-n2") {
+		t.Error("claim on-n2 of a failed disk kept because a disk of n1, with nothing to release, failed long before")
+	}
+	if !e.pvcExists("kept-on-n1") {
+		t.Error("claim kept-on-n1, which did not opt in, released")
+	}
+}
+
 // TestRecoveredDiskKeepsClaims: a disk healthy again before the grace time
 // keeps its claims, which are told it recovered; failing again starts the
 // grace time over.
