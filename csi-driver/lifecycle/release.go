@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 )
@@ -66,7 +67,12 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 	}
 	if err := deleteClaim(ctx, client, c.PVC); err != nil {
 		if errors.Is(err, ErrClaimChanged) {
-			err = errors.Join(err, restore(ctx))
+			if rerr := restore(ctx); rerr != nil {
+				// The claim that stays keeps a Retain PV: deleted later,
+				// its volume and data would stay for good.
+				klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC))
+				err = errors.Join(err, rerr)
+			}
 		}
 		return err
 	}
@@ -77,9 +83,29 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 // Retain: the copy the release was decided on (an informer's, a list made
 // long before) may say Retain of a PV set back to Delete since, whose
 // volume would be deleted with its claim. It returns how to put back the
-// policy it changed, if nothing changed the PV since.
+// policy it changed.
 func retain(ctx context.Context, client kubernetes.Interface, decided *v1.PersistentVolume) (restore func(context.Context) error, err error) {
 	restore = func(context.Context) error { return nil }
+	was, err := setReclaimPolicy(ctx, client, decided, v1.PersistentVolumeReclaimRetain)
+	if err != nil {
+		return nil, fmt.Errorf("keeping the data of PV %s (reclaim policy Retain): %w", decided.Name, err)
+	}
+	if was != v1.PersistentVolumeReclaimRetain {
+		restore = func(ctx context.Context) error {
+			if _, err := setReclaimPolicy(ctx, client, decided, was); err != nil {
+				return fmt.Errorf("putting back reclaim policy %s of PV %s: %w", was, decided.Name, err)
+			}
+			return nil
+		}
+	}
+	return restore, nil
+}
+
+// setReclaimPolicy sets the reclaim policy of the PV decided was made
+// for, read afresh, again after a conflict (the PV changes under us: its
+// provisioner removes its finalizer from a Retain PV at once), and
+// returns the policy it had.
+func setReclaimPolicy(ctx context.Context, client kubernetes.Interface, decided *v1.PersistentVolume, policy v1.PersistentVolumeReclaimPolicy) (was v1.PersistentVolumeReclaimPolicy, err error) {
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, decided.Name, metav1.GetOptions{})
 		if err != nil {
@@ -88,26 +114,14 @@ func retain(ctx context.Context, client kubernetes.Interface, decided *v1.Persis
 		if pv.UID != decided.UID {
 			return fmt.Errorf("PV %s was made anew", decided.Name)
 		}
-		was := pv.Spec.PersistentVolumeReclaimPolicy
-		if was == v1.PersistentVolumeReclaimRetain {
+		was = pv.Spec.PersistentVolumeReclaimPolicy
+		if was == policy {
 			return nil
 		}
-		patched, err := patchReclaimPolicy(ctx, client, pv, v1.PersistentVolumeReclaimRetain)
-		if err != nil {
-			return err
-		}
-		restore = func(ctx context.Context) error {
-			if _, err := patchReclaimPolicy(ctx, client, patched, was); err != nil && !apierrors.IsConflict(err) {
-				return fmt.Errorf("putting back reclaim policy %s of PV %s: %w", was, decided.Name, err)
-			}
-			return nil
-		}
-		return nil
+		_, err = patchReclaimPolicy(ctx, client, pv, policy)
+		return err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("keeping the data of PV %s (reclaim policy Retain): %w", decided.Name, err)
-	}
-	return restore, nil
+	return was, err
 }
 
 // patchReclaimPolicy sets pv's reclaim policy, if pv is unchanged.

@@ -1,7 +1,9 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"errors"
+	"strconv"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -78,5 +80,67 @@ func TestNodeReleaseStopsWhenTheClaimChanged(t *testing.T) {
 	pv := e.pv("pv-a")
 	if pv == nil || pv.DeletionTimestamp != nil || len(pv.Finalizers) != 1 {
 		t.Errorf("PV of a claim that stays was deleted or lost its provisioner's finalizer: %+v", pv)
+	}
+}
+
+// TestReleaseStopsWhenTheClaimChangedPutsBackThePolicyAfterAnotherWrite:
+// as above, but the PV changed after the release set it to Retain (its
+// node's external-provisioner removes its finalizer from every Retain PV
+// at once). Its own reclaim policy still comes back: a claim that stays,
+// left with a Retain PV, would keep its volume and data for good once
+// deleted.
+func TestReleaseStopsWhenTheClaimChangedPutsBackThePolicyAfterAnotherWrite(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	objs[1].(*v1.PersistentVolume).Finalizers = []string{provisionerFinalizer}
+	objs[1].(*v1.PersistentVolume).ResourceVersion = "1"
+	e := newEnv(t, append(objs, node("n1")))
+	gvr := v1.SchemeGroupVersion.WithResource("persistentvolumes")
+	versions := 1
+	e.client.PrependReactor("patch", "persistentvolumes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		// The API server's resourceVersion precondition, which the fake
+		// does not check, and a new version for each write.
+		var patch struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &patch); err != nil {
+			return true, nil, err
+		}
+		obj, err := e.client.Tracker().Get(gvr, "", "pv-a")
+		if err != nil {
+			return true, nil, err
+		}
+		if rv := patch.Metadata.ResourceVersion; rv != "" && rv != obj.(*v1.PersistentVolume).ResourceVersion {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumes"}, "pv-a", errors.New("the object has been modified"))
+		}
+		versions++
+		pv := obj.(*v1.PersistentVolume).DeepCopy()
+		pv.ResourceVersion = strconv.Itoa(versions)
+		if err := e.client.Tracker().Update(gvr, pv, ""); err != nil {
+			return true, nil, err
+		}
+		return false, nil, nil // the fake applies the patch (its version is kept)
+	})
+	e.client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		// The provisioner removes its finalizer from the PV, now Retain.
+		obj, err := e.client.Tracker().Get(gvr, "", "pv-a")
+		if err != nil {
+			return true, nil, err
+		}
+		pv := obj.(*v1.PersistentVolume).DeepCopy()
+		pv.Finalizers = nil
+		pv.ResourceVersion = "after-provisioner"
+		if err := e.client.Tracker().Update(gvr, pv, ""); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "a", errors.New("the object has been modified"))
+	})
+	err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1")
+	if !errors.Is(err, ErrClaimChanged) {
+		t.Errorf("release returned %v, want ErrClaimChanged", err)
+	}
+	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimDelete {
+		t.Errorf("PV of a claim that stays has reclaim policy %s after %d patches, want its own (Delete) back", got, versions)
 	}
 }
