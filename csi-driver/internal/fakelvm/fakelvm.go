@@ -5,7 +5,8 @@
 // util-linux do, so the LVM backend's command building and report parsing
 // run against realistic output. It is a fake because the project's test
 // machines have no device-mapper, so real lvm2 cannot activate a logical
-// volume there; TestLVMReal runs it where it can. An LV may be marked
+// volume there; TestLVMReal runs it where it can. A tag lvm2 would refuse
+// fails the command that adds it (validTag). An LV may be marked
 // open (SetOpen), as a mount or a pod's Block device holds it: lvs
 // reports it in lv_attr, and lvm2's refusals follow.
 //
@@ -282,6 +283,12 @@ func (f *VG) run(name string, args []string) (string, error) {
 	notFound := func(lvName string) error {
 		return fmt.Errorf("%s: exit status 5: Failed to find logical volume \"%s/%s\"", name, Name, lvName)
 	}
+	for i, a := range args {
+		if (a == "--addtag" || a == "--deltag") && i+1 < len(args) && !validTag(args[i+1]) {
+			//lint:ignore ST1005 lvm2's own message
+			return "", fmt.Errorf("%s: exit status 3: Invalid argument for %s: %s", name, a, args[i+1])
+		}
+	}
 	last := args[len(args)-1]
 	lvName := last[strings.Index(last, "/")+1:]
 	lv := f.LVs[lvName]
@@ -493,6 +500,26 @@ func (f *VG) run(name string, args []string) (string, error) {
 // active, I an invalid snapshot), whether its device is open (o), target
 // type (s for snapshots and origins), zeroing, health and activation
 // skipping.
+// maxTagLength is the longest tag lvm2 documents (lvm(8): 1024 characters
+// since 2.02.78).
+const maxTagLength = 1024
+
+// validTag is lvm2's check of a tag given to --addtag or --deltag
+// (validate_tag): A-Za-z0-9 and _+.-/=!:&#, at least one character. It
+// also refuses what lvm(8) says a tag cannot be: longer than 1024, or
+// starting with a hyphen.
+func validTag(tag string) bool {
+	if tag == "" || len(tag) > maxTagLength || tag[0] == '-' {
+		return false
+	}
+	for _, c := range tag {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("_+.-/=!:&#", c)) {
+			return false
+		}
+	}
+	return true
+}
+
 func (f *VG) attr(name string, lv *LV) string {
 	a := []byte("-wi-------")
 	if lv.Origin != "" {

@@ -219,3 +219,33 @@ func TestLvsReportsOpenLVs(t *testing.T) {
 		t.Errorf("deactivating an LV once closed: %v", err)
 	}
 }
+
+// TestTagsAsLVM2Allows: lvcreate and lvchange refuse a tag lvm2 refuses
+// (a character outside A-Za-z0-9_+.-/=!:&#, empty, longer than 1024,
+// starting with a hyphen) and change nothing; the others are added.
+func TestTagsAsLVM2Allows(t *testing.T) {
+	ctx := context.Background()
+	vg := New(4 * ExtentSize)
+	good := []string{"diskfit.name=YQ", "a_b+c.d-e/f=g!h:i&j#k", strings.Repeat("t", 1024)}
+	for _, bad := range []string{"", "with space", "comma,separated", "ünicode", "-hyphen", strings.Repeat("t", 1025)} {
+		if _, err := vg.Run(ctx, "lvcreate", "--yes", "--name", "bad", "--size", "4194304b", "--addtag", good[0], "--addtag", bad, Name); err == nil {
+			t.Errorf("lvcreate with tag %q: no error", bad)
+		}
+		if vg.LVs["bad"] != nil {
+			t.Fatalf("lvcreate with tag %q made the LV", bad)
+		}
+	}
+	args := []string{"--yes", "--name", "good", "--size", "4194304b"}
+	for _, tag := range good {
+		args = append(args, "--addtag", tag)
+	}
+	if _, err := vg.Run(ctx, "lvcreate", append(args, Name)...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vg.Run(ctx, "lvchange", "--deltag", good[0], "--addtag", "with space", Name+"/good"); err == nil {
+		t.Error("lvchange with tag \"with space\": no error")
+	}
+	if got := vg.LVs["good"].Tags; !slices.Equal(got, good) {
+		t.Errorf("tags %q, want %q", got, good)
+	}
+}
