@@ -303,7 +303,7 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 		content = ContentFilesystem
 	}
 	err := l.space.allocate(ctx, l.Usage, roundExtent(req.SizeBytes), func() error {
-		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(name, req.Name, pvc, "", req.SizeBytes, false, content)...)
+		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(name, req.Name, pvc, "", req.SizeBytes, false, content, sourceTags(req)...)...)
 		return noSpace(err)
 	})
 	if err != nil {

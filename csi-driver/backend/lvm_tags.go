@@ -30,8 +30,24 @@ const (
 	// tagNeverReferenced and tagUnreferencedSince (Unix seconds) hold Refs.
 	tagNeverReferenced   = tagPrefix + "never-referenced"
 	tagUnreferencedSince = tagPrefix + "unreferenced-since="
-	volumePrefix         = "v-"
-	snapPrefix           = "s-"
+	// tagSourceSnapshot and tagSourceVolume hold the key of a restore's
+	// snapshot or a clone's volume (Volume.SourceSnapshot, SourceVolume;
+	// tagSource is a snapshot's), which a repeated CreateVolume of its
+	// name must give again (sourceTags). A key is made of [a-z0-9_-]
+	// (ValidKey), characters lvm2 allows in tags as they are, and the
+	// longest makes a tag of 124 characters; lvm2 allows 1024.
+	//
+	// A volume's LV without either is a volume made from nothing, or a
+	// copy made before the tags existed: both read as having no source.
+	// Such a copy was returned long ago and its claim bound; a repeat of
+	// its CreateVolume now, with its source, is unlikely, and is answered
+	// AlreadyExists as it was when the copy was made (its claim stays
+	// pending, the copy is kept), while a request of its name without a
+	// source gets it.
+	tagSourceSnapshot = tagPrefix + "source-snapshot="
+	tagSourceVolume   = tagPrefix + "source-volume="
+	volumePrefix      = "v-"
+	snapPrefix        = "s-"
 	// wipePrefix names an LV that is deleted and waits to be wiped
 	// (lvm_wipe.go); it keeps its tags.
 	wipePrefix = "w-"
@@ -57,6 +73,8 @@ type lv struct {
 	origin string
 	// open is an LV whose device something holds open (lvm.LV.Open).
 	open bool
+	// sourceSnapshot and sourceVolume are a copy's source (tagSourceSnapshot).
+	sourceSnapshot, sourceVolume string
 }
 
 // decodeLVs keeps diskfit's LVs of an lvs report (those with a name tag),
@@ -104,6 +122,10 @@ func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
 			v.state = State(strings.TrimPrefix(tag, tagState))
 		case strings.HasPrefix(tag, tagSource):
 			v.source = strings.TrimPrefix(tag, tagSource)
+		case strings.HasPrefix(tag, tagSourceSnapshot):
+			v.sourceSnapshot = strings.TrimPrefix(tag, tagSourceSnapshot)
+		case strings.HasPrefix(tag, tagSourceVolume):
+			v.sourceVolume = strings.TrimPrefix(tag, tagSourceVolume)
 		case tag == tagSnapshot:
 			v.snapshot = true
 		case strings.HasPrefix(tag, tagSize):
@@ -125,11 +147,25 @@ func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
 	return v, ok, nil
 }
 
+// sourceTags are the tags that record the source of a volume made as req
+// asks: none for a volume made from nothing.
+func sourceTags(req CreateRequest) []string {
+	switch {
+	case req.FromSnapshot != "":
+		return []string{tagSourceSnapshot + req.FromSnapshot}
+	case req.FromVolume != "":
+		return []string{tagSourceVolume + req.FromVolume}
+	}
+	return nil
+}
+
 // createArgs builds the lvcreate command line for a volume or snapshot of
 // size bytes. A snapshot is a thick LVM snapshot of its source with room
 // for the whole source to change (cowSize). content is the volume's
-// Content, ContentUnknown for a snapshot.
-func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool, content Content) []string {
+// Content, ContentUnknown for a snapshot. tags are more tags the LV is
+// made with (a copy's sourceTags): lvcreate adds them with the others,
+// so no LV is left without them.
+func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool, content Content, tags ...string) []string {
 	lvSize := roundExtent(size)
 	if snapshot {
 		lvSize = cowSize(size)
@@ -146,6 +182,9 @@ func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapsh
 	if source != "" {
 		args = append(args, "--addtag", tagSource+source)
 	}
+	for _, tag := range tags {
+		args = append(args, "--addtag", tag)
+	}
 	if snapshot {
 		return append(args, "--addtag", tagSnapshot, "--addtag", tagSize+strconv.FormatInt(roundExtent(size), 10),
 			"--chunksize", strconv.Itoa(snapshotChunk>>10)+"k", "--snapshot", l.vg+"/"+volumePrefix+source)
@@ -155,7 +194,8 @@ func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapsh
 
 // volume and snapshot describe a decoded LV as the Backend interface does.
 func (l *LVM) volume(v *lv, key string) *Volume {
-	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Content: v.content, Refs: v.refs}
+	vol := &Volume{Key: key, Name: v.csiName, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Content: v.content, Refs: v.refs,
+		SourceSnapshot: v.sourceSnapshot, SourceVolume: v.sourceVolume}
 	vol.PVCNamespace, vol.PVCName, _ = strings.Cut(v.pvc, "/")
 	return vol
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -268,8 +270,10 @@ func TestLVMReal(t *testing.T) {
 	if _, err := l.CreateSnapshot(ctx, "s1", "s1", "k1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "k2", Name: "k2", SizeBytes: 128 * mi, FromSnapshot: "s1"}); err != nil {
+	if v, err := l.CreateVolume(ctx, CreateRequest{Key: "k2", Name: "k2", SizeBytes: 128 * mi, FromSnapshot: "s1"}); err != nil {
 		t.Fatal(err)
+	} else if v.SourceSnapshot != "s1" {
+		t.Errorf("restore of s1 reads as from snapshot %q", v.SourceSnapshot)
 	}
 	// A clone of a volume whose device is open (as a mount or a pod's
 	// Block device holds it) is refused; once closed it is made.
@@ -282,8 +286,10 @@ func TestLVMReal(t *testing.T) {
 		t.Errorf("cloning a volume whose device is open: %v, want ErrInUse", err)
 	}
 	open.Close()
-	if _, err := l.CreateVolume(ctx, clone); err != nil {
+	if v, err := l.CreateVolume(ctx, clone); err != nil {
 		t.Fatal(err)
+	} else if v.SourceVolume != "k1" {
+		t.Errorf("clone of k1 reads as from volume %q", v.SourceVolume)
 	}
 	if err := l.DeleteVolume(ctx, "k1"); !errors.Is(err, ErrInUse) {
 		t.Errorf("deleting a volume with a snapshot: %v, want ErrInUse", err)
@@ -387,6 +393,77 @@ func TestLVMContent(t *testing.T) {
 	}
 	if got := content("older"); got != ContentFilesystem {
 		t.Errorf("older LV holds %q after recording a filesystem", got)
+	}
+}
+
+// TestLVMCopySource: a restore or clone records its source in a tag of its
+// LV, added by the lvcreate that makes it (no later command a crash could
+// skip), and reads it back; a volume made from nothing, or an LV made
+// before the tag existed, has no source. A source key of the longest kind
+// makes a tag that lvm2 takes (fakelvm checks its rules). A clone's source
+// is not held by its clone: it is deleted as any volume.
+func TestLVMCopySource(t *testing.T) {
+	ctx := context.Background()
+	run := fakelvm.New(1 << 30)
+	l := newLVM(t, run, true)
+	long := strings.Repeat("k", MaxKeyLength)
+	for _, req := range []CreateRequest{
+		{Key: long, Name: "source", SizeBytes: 4 * mi},
+		{Key: "other", Name: "other", SizeBytes: 4 * mi},
+	} {
+		if _, err := l.CreateVolume(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.CreateSnapshot(ctx, "s", "s", long); err != nil {
+		t.Fatal(err)
+	}
+	run.Create("v-older", 4*mi, tagName+"b2xkZXI", tagState+"ready", tagContent+"filesystem")
+	for _, c := range []struct {
+		req                           CreateRequest
+		tag, fromSnapshot, fromVolume string
+	}{
+		{req: CreateRequest{Key: "restore", Name: "restore", SizeBytes: 4 * mi, FromSnapshot: "s"}, tag: "diskfit.source-snapshot=s", fromSnapshot: "s"},
+		{req: CreateRequest{Key: "clone", Name: "clone", SizeBytes: 4 * mi, FromVolume: long}, tag: "diskfit.source-volume=" + long, fromVolume: long},
+		{req: CreateRequest{Key: "clone-other", Name: "clone-other", SizeBytes: 4 * mi, FromVolume: "other"}, tag: "diskfit.source-volume=other", fromVolume: "other"},
+	} {
+		made, err := l.CreateVolume(ctx, c.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var create string
+		for _, call := range run.Calls {
+			if strings.HasPrefix(call, "lvcreate --yes --name v-"+c.req.Key+" ") {
+				create = call
+			}
+		}
+		if !slices.Contains(strings.Fields(create), c.tag) {
+			t.Errorf("%s: lvcreate %q does not add the tag %s", c.req.Key, create, c.tag)
+		}
+		got, err := l.GetVolume(ctx, c.req.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []*Volume{made, got} {
+			if v.SourceSnapshot != c.fromSnapshot || v.SourceVolume != c.fromVolume {
+				t.Errorf("%s: source snapshot %q, volume %q; want %q, %q", c.req.Key, v.SourceSnapshot, v.SourceVolume, c.fromSnapshot, c.fromVolume)
+			}
+		}
+	}
+	vols, err := l.ListVolumes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sources := map[string]string{}
+	for _, v := range vols {
+		sources[v.Key] = v.SourceSnapshot + "|" + v.SourceVolume
+	}
+	want := map[string]string{long: "|", "other": "|", "older": "|", "restore": "s|", "clone": "|" + long, "clone-other": "|other"}
+	if !maps.Equal(sources, want) {
+		t.Errorf("listed sources %q, want %q", sources, want)
+	}
+	if err := l.DeleteVolume(ctx, "other"); err != nil {
+		t.Errorf("deleting a clone's source: %v", err)
 	}
 }
 

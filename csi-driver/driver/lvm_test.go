@@ -430,3 +430,60 @@ func TestLVMSourceIsNotStagedMidClone(t *testing.T) {
 		t.Errorf("the clone does not hold what its source held when it was asked for (%v)", err)
 	}
 }
+
+// TestLVMRetriedCopyIsTheSameVolume: csi-provisioner that crashed, or lost
+// the reply of a CreateVolume that made a restore or clone, asks again
+// with the same name and source, and must get the volume made: otherwise
+// the claim never gets its PV and the copy waits for the orphan sweep. A
+// request of that name with no source, or another one, is another volume
+// than the one made, AlreadyExists. The lvm backend records a copy's
+// source in a tag of its LV, read back for the comparison. lvm2 is faked
+// (fakelvm).
+func TestLVMRetriedCopyIsTheSameVolume(t *testing.T) {
+	const size = 16 * mi
+	ctx, d, _, src, _ := startWithSource(t, size, "source ")
+	other, err := d.CreateVolume(ctx, blockReq("pvc-other", size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshotOf := func(name, vol string) *csi.VolumeContentSource {
+		t.Helper()
+		s, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: vol})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: s.Snapshot.SnapshotId}}}
+	}
+	volumeSource := func(id string) *csi.VolumeContentSource { return cloneReq("", 0, id).VolumeContentSource }
+	snap, otherSnap := snapshotOf("snap", src), snapshotOf("snap-other", other.Volume.VolumeId)
+	for _, c := range []struct {
+		name   string
+		source *csi.VolumeContentSource
+		others []*csi.VolumeContentSource
+	}{
+		{"pvc-clone", volumeSource(src), []*csi.VolumeContentSource{nil, volumeSource(other.Volume.VolumeId), snap}},
+		{"pvc-restore", snap, []*csi.VolumeContentSource{nil, otherSnap, volumeSource(src)}},
+	} {
+		req := blockReq(c.name, size)
+		req.VolumeContentSource = c.source
+		first, err := d.CreateVolume(ctx, req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		again, err := d.CreateVolume(ctx, req)
+		if err != nil {
+			t.Errorf("%s: CreateVolume again with the same name and source: %v, want the volume made", c.name, err)
+		} else if again.Volume.VolumeId != first.Volume.VolumeId || again.Volume.CapacityBytes != first.Volume.CapacityBytes ||
+			again.Volume.ContentSource.String() != c.source.String() {
+			t.Errorf("%s: the retry returned %v, the first call %v", c.name, again.Volume, first.Volume)
+		}
+		for _, o := range c.others {
+			req := blockReq(c.name, size)
+			req.VolumeContentSource = o
+			if _, err := d.CreateVolume(ctx, req); status.Code(err) != codes.AlreadyExists {
+				t.Errorf("%s: CreateVolume of its name with source %v: %v, want AlreadyExists", c.name, o, err)
+			}
+		}
+	}
+}
