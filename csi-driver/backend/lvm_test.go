@@ -549,7 +549,7 @@ func TestLVMOlderSnapshotIsEnlarged(t *testing.T) {
 		t.Error("the restored volume does not hold what the origin held at the snapshot")
 	}
 	l.Close()
-	l = startWipeLVM(t, vg, lockDir)
+	startWipeLVM(t, vg, lockDir)
 	if got := len(vg.Extents("s-old")); got != 2 {
 		t.Errorf("snapshot's area after another start: %d extents, want 2", got)
 	}

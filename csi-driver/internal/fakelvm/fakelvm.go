@@ -285,7 +285,6 @@ func (f *VG) run(name string, args []string) (string, error) {
 	}
 	for i, a := range args {
 		if (a == "--addtag" || a == "--deltag") && i+1 < len(args) && !validTag(args[i+1]) {
-			//lint:ignore ST1005 lvm2's own message
 			return "", fmt.Errorf("%s: exit status 3: Invalid argument for %s: %s", name, a, args[i+1])
 		}
 	}
