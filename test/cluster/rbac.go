@@ -42,6 +42,7 @@ var rbacManifests = []string{
 	"base/policy/selected-disk.yaml",
 	"base/policy/disknode-own-node.yaml",
 	"base/policy/volumes-own-node.yaml",
+	"base/policy/snapshots-own-node.yaml",
 	"scheduler/rbac.yaml",
 	"snapshot/snapshot-controller.yaml",
 	"webhook/rbac.yaml",

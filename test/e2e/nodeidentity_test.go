@@ -14,8 +14,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -34,10 +36,7 @@ import (
 func TestNodeWritesOnlyItsOwnDiskNode(t *testing.T) {
 	needLocal(t)
 	ctx := ctxFor(t, 2*time.Minute)
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(localDir, "kubeconfig-diskfit-system-diskfit-csi-node-node-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := nodeAConfig(t)
 	asNodeA, err := versioned.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -89,10 +88,7 @@ func TestNodeWritesOnlyItsOwnDiskNode(t *testing.T) {
 func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 	needLocal(t)
 	ctx := ctxFor(t, 2*time.Minute)
-	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(localDir, "kubeconfig-diskfit-system-diskfit-csi-node-node-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := nodeAConfig(t)
 	asNodeA, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -238,4 +234,79 @@ func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 	if got, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{}); err != nil || len(got.OwnerReferences) != 0 {
 		t.Errorf("claim after node-a's writes: owners %v, %v", got.OwnerReferences, err)
 	}
+}
+
+// A node's snapshotter changes only its own node's snapshot contents (the
+// ones snapshot-controller labelled managed-by that node): with node-a's
+// driver token, pointing node-b's content at another snapshot or setting
+// its deletion policy to Delete is refused, while node-a's own passes.
+func TestNodeChangesOnlyItsOwnSnapshotContents(t *testing.T) {
+	needLocal(t)
+	ctx := ctxFor(t, 2*time.Minute)
+	cfg := nodeAConfig(t)
+	asNodeA, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := func(name, node string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+			"metadata": map[string]any{"name": name, "labels": map[string]any{"snapshot.storage.kubernetes.io/managed-by": node}},
+			"spec": map[string]any{
+				"deletionPolicy": "Retain", "driver": diskfit.DriverName,
+				"source":            map[string]any{"snapshotHandle": "none:" + name},
+				"volumeSnapshotRef": map[string]any{"namespace": "default", "name": name},
+			},
+		}}
+	}
+	for _, c := range []*unstructured.Unstructured{content("e2e-content-a", "node-a"), content("e2e-content-b", "node-b")} {
+		if _, err := admin.Resource(volumeSnapshotContents).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		name := c.GetName()
+		t.Cleanup(func() {
+			_ = admin.Resource(volumeSnapshotContents).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	patch := func(name, p string, sub ...string) error {
+		_, err := asNodeA.Resource(volumeSnapshotContents).Patch(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{}, sub...)
+		return err
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "may update only the snapshot contents of the node") {
+			t.Errorf("%s: %v, want the admission policy's refusal", what, err)
+		}
+	}
+	refused("node-a's driver setting node-b's content to deletion policy Delete",
+		patch("e2e-content-b", `{"spec":{"deletionPolicy":"Delete"}}`))
+	refused("node-a's driver pointing node-b's content at another snapshot",
+		patch("e2e-content-b", `{"status":{"snapshotHandle":"elsewhere:someone-elses"}}`, "status"))
+	refused("node-a's driver taking node-b's content as its own",
+		patch("e2e-content-b", `{"metadata":{"labels":{"snapshot.storage.kubernetes.io/managed-by":"node-a"}}}`))
+	if err := patch("e2e-content-a", `{"metadata":{"annotations":{"e2e.diskfit.io/touched":"yes"}}}`); err != nil {
+		t.Errorf("node-a's driver updating its own node's content: %v", err)
+	}
+	got, err := admin.Resource(volumeSnapshotContents).Get(ctx, "e2e-content-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if policy, _, _ := unstructured.NestedString(got.Object, "spec", "deletionPolicy"); policy != "Retain" {
+		t.Errorf("node-b's content has deletion policy %q after node-a's writes, want Retain", policy)
+	}
+}
+
+// nodeAConfig is the client config of node-a's driver: its token is bound
+// to the Node node-a, as a DaemonSet pod's is bound to its pod there.
+func nodeAConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(localDir, "kubeconfig-diskfit-system-diskfit-csi-node-node-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
