@@ -351,6 +351,28 @@ func TestLVMCloneOfASourceInUse(t *testing.T) {
 	}
 }
 
+// cloneHeldAtItsCopy starts a clone pvc-clone of src and returns once its
+// copy (dd) is held, the source's lock taken; finish lets the copy go on
+// and fails the test unless the clone is made.
+func cloneHeldAtItsCopy(ctx context.Context, t *testing.T, d *Driver, vg *fakelvm.VG, src string, size int64) (finish func()) {
+	t.Helper()
+	paused, resume := vg.Hold("dd")
+	t.Cleanup(resume)
+	cloned := make(chan error, 1)
+	go func() {
+		_, err := d.CreateVolume(ctx, cloneReq("pvc-clone", size, src))
+		cloned <- err
+	}()
+	<-paused
+	return func() {
+		t.Helper()
+		resume()
+		if err := <-cloned; err != nil {
+			t.Fatalf("the clone: %v", err)
+		}
+	}
+}
+
 // The PV informer tells the driver of every PV event (VolumeReferenced).
 // An event for a clone's source, whose PV was recorded long before, must
 // not wait for the copy to end, which holds the source's lock and may
@@ -360,14 +382,7 @@ func TestLVMPVEventsDoNotWaitForAClone(t *testing.T) {
 	const size = 16 * mi
 	ctx, d, vg, src, _ := startWithSource(t, size, "source ")
 	d.VolumeReferenced(ctx, src) // its PV, as the informer saw it long before
-	paused, resume := vg.Hold("dd")
-	t.Cleanup(resume)
-	cloned := make(chan error, 1)
-	go func() {
-		_, err := d.CreateVolume(ctx, cloneReq("pvc-clone", size, src))
-		cloned <- err
-	}()
-	<-paused
+	finish := cloneHeldAtItsCopy(ctx, t, d, vg, src, size)
 	told := make(chan struct{})
 	go func() {
 		d.VolumeReferenced(ctx, src) // an update of the source's PV
@@ -378,10 +393,7 @@ func TestLVMPVEventsDoNotWaitForAClone(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Error("an event of the source's PV waited for the clone's copy")
 	}
-	resume()
-	if err := <-cloned; err != nil {
-		t.Fatalf("the clone: %v", err)
-	}
+	finish()
 	<-told
 }
 
@@ -395,14 +407,7 @@ func TestLVMPVEventsDoNotWaitForAClone(t *testing.T) {
 func TestLVMSourceIsNotStagedMidClone(t *testing.T) {
 	const size = 16 * mi
 	ctx, d, vg, src, then := startWithSource(t, size, "before the pod ")
-	paused, resume := vg.Hold("dd")
-	t.Cleanup(resume)
-	cloned := make(chan error, 1)
-	go func() {
-		_, err := d.CreateVolume(ctx, cloneReq("pvc-clone", size, src))
-		cloned <- err
-	}()
-	<-paused
+	finish := cloneHeldAtItsCopy(ctx, t, d, vg, src, size)
 	staged := make(chan error, 1)
 	go func() {
 		_, err := d.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: src,
@@ -419,10 +424,7 @@ func TestLVMSourceIsNotStagedMidClone(t *testing.T) {
 		staged <- err
 	case <-time.After(time.Second):
 	}
-	resume()
-	if err := <-cloned; err != nil {
-		t.Fatalf("the clone: %v", err)
-	}
+	finish()
 	if err := <-staged; err != nil {
 		t.Fatalf("staging the source: %v", err)
 	}
