@@ -24,7 +24,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -412,12 +411,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 			c.tellHeld(loc, f, claims[loc], held)
 			continue
 		}
-		var release []Claim
-		for _, cl := range claims[loc] {
-			if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.Class) {
-				release = append(release, cl)
-			}
-		}
+		release := optedIn(claims[loc])
 		if len(release) == 0 {
 			continue
 		}
@@ -459,7 +453,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 func (c *Controller) tooManyNodesFailing(diskNodes int, claims map[diskfit.Location][]Claim) string {
 	nodes := sets.New[string]()
 	for loc := range c.failing {
-		if slices.ContainsFunc(claims[loc], func(cl Claim) bool { return diskfit.ReleasedOnDiskLoss(cl.PVC, cl.Class) }) {
+		if len(optedIn(claims[loc])) > 0 {
 			nodes.Insert(loc.Node)
 		}
 	}
@@ -481,13 +475,23 @@ func (c *Controller) tellHeld(loc diskfit.Location, f *failure, claims []Claim, 
 		return
 	}
 	f.toldHeld = true
+	for _, cl := range optedIn(claims) {
+		c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseHeld, "Release",
+			"Not released although disk %s on node %s has failed since %s: %s. Once failures are on few enough nodes it is released; to move it now, run diskfit drain %s/%s --release",
+			loc.Disk, loc.Node, f.since.UTC().Format(time.RFC3339), why, loc.Node, loc.Disk)
+	}
+}
+
+// optedIn returns the claims that asked to be released when their disk
+// is lost (diskfit.ReleasedOnDiskLoss).
+func optedIn(claims []Claim) []Claim {
+	var out []Claim
 	for _, cl := range claims {
 		if diskfit.ReleasedOnDiskLoss(cl.PVC, cl.Class) {
-			c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseHeld, "Release",
-				"Not released although disk %s on node %s has failed since %s: %s. Once failures are on few enough nodes it is released; to move it now, run diskfit drain %s/%s --release",
-				loc.Disk, loc.Node, f.since.UTC().Format(time.RFC3339), why, loc.Node, loc.Disk)
+			out = append(out, cl)
 		}
 	}
+	return out
 }
 
 // tellFailure puts a Warning event on each claim of a failed disk and on
