@@ -178,13 +178,14 @@ func sameSource(dk *disk, vol *backend.Volume, src *csi.VolumeContentSource) boo
 
 // contentSource resolves a snapshot or volume source into creq and returns
 // the disk holding it, which is where the new volume must go: reflink
-// copies only work within one filesystem. A source volume's lock is held
+// copies only work within one filesystem. The source's lock is held
 // from before its size is read until unlock, which the caller calls once
-// the copy is made: no stage gives the source to a pod meanwhile (an LVM
-// clone copies the live source block by block, and refuses one in use
-// only when it starts), no expansion grows it past the size read, no
-// deletion removes it. The lock is taken only for a source that is a
-// ready volume other than the one being made (see keyLocks).
+// the copy is made: no stage gives a source volume to a pod meanwhile (an
+// LVM clone copies the live source block by block, and refuses one in
+// use only when it starts), no expansion grows it past the size read, no
+// deletion removes a volume or snapshot mid-copy. The lock is taken only
+// for a source that exists and is not the volume being made (see
+// keyLocks).
 func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource, limit int64, creq *backend.CreateRequest) (_ *disk, unlock func(), err error) {
 	unlock = func() {}
 	defer func() {
@@ -214,16 +215,23 @@ func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource
 	if !dk.backend.SupportsSnapshots() {
 		return nil, unlock, status.Errorf(codes.InvalidArgument, "disk %s cannot copy volumes (no reflink)", dk.name)
 	}
+	// The source is seen ready before its lock is waited for, and read
+	// again under it. Its lock is held until the copy is made: no
+	// deletion of a snapshot (whose LV the wiper would zero under the
+	// copy), and no stage, expansion or deletion of a volume, runs
+	// meanwhile.
 	var srcSize int64
 	if kind == "snapshot" {
+		if _, err := dk.backend.GetSnapshot(ctx, key); err != nil {
+			return nil, unlock, toStatus(fmt.Errorf("source snapshot %q: %w", id, err))
+		}
+		unlock = d.locks.lock("snapshot/" + key)
 		snap, err := dk.backend.GetSnapshot(ctx, key)
 		if err != nil {
 			return nil, unlock, toStatus(fmt.Errorf("source snapshot %q: %w", id, err))
 		}
 		srcSize, creq.FromSnapshot = snap.SizeBytes, key
 	} else {
-		// Seen ready before its lock is waited for, and read again
-		// under it.
 		if _, err := dk.backend.GetVolume(ctx, key); err != nil {
 			return nil, unlock, toStatus(fmt.Errorf("source volume %q: %w", id, err))
 		}

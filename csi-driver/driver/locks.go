@@ -14,12 +14,15 @@ import "sync"
 //     source volume's until the copy is made, so that no stage (which
 //     gives the source to a pod), expansion or deletion of the source
 //     runs meanwhile.
+//   - CreateVolume of a restore holds the new volume's lock, then its
+//     source snapshot's until the copy is made, so that no deletion of
+//     the snapshot runs meanwhile.
 //   - CreateSnapshot holds its source volume's lock, then the
 //     snapshot's, while it makes the snapshot, so that no expansion or
 //     deletion of the source runs meanwhile.
 //
-// Nothing that holds a snapshot lock takes a volume lock, and nothing
-// takes a lock after a clone's source's. No calls wait for each other's
+// Nothing that holds a snapshot lock takes another lock, and nothing
+// takes a lock after a copy's source's. No calls wait for each other's
 // volume locks in a cycle: a CreateVolume answers for a volume that is
 // ready before it looks at any source, so it holds its own lock only
 // while its volume is not ready, and nothing makes that volume ready

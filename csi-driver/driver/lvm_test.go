@@ -489,3 +489,57 @@ func TestLVMRetriedCopyIsTheSameVolume(t *testing.T) {
 		}
 	}
 }
+
+// TestLVMSnapshotIsNotDeletedMidRestore: a restore is a dd from the
+// snapshot's LV, and a deleted snapshot's LV is renamed for the wiper,
+// which zeroes and removes it. A DeleteSnapshot sent while a restore
+// copies (csi-snapshotter deleting a VolumeSnapshot whose restore is
+// still being provisioned) waits until the copy ends, and the restored
+// volume holds what the snapshot held; then the snapshot is gone. lvm2
+// is faked (fakelvm).
+func TestLVMSnapshotIsNotDeletedMidRestore(t *testing.T) {
+	const size = 16 * mi
+	ctx, d, vg, src, then := startWithSource(t, size, "when the snapshot was taken ")
+	snap, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vg.WriteLV("v-pvc-src", 0, bytes.Repeat([]byte{0xee}, int(size))); err != nil {
+		t.Fatal(err)
+	}
+	paused, resume := vg.Hold("dd")
+	t.Cleanup(resume)
+	restored := make(chan error, 1)
+	go func() {
+		req := blockReq("pvc-restore", size)
+		req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
+		_, err := d.CreateVolume(ctx, req)
+		restored <- err
+	}()
+	<-paused
+	deleted := make(chan error, 1)
+	go func() {
+		_, err := d.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.Snapshot.SnapshotId})
+		deleted <- err
+	}()
+	select {
+	case err := <-deleted:
+		t.Errorf("the snapshot was deleted while a restore copied it (%v)", err)
+		deleted <- err
+	case <-time.After(time.Second):
+	}
+	resume()
+	if err := <-restored; err != nil {
+		t.Fatalf("the restore: %v", err)
+	}
+	if got, err := vg.ReadLV("v-pvc-restore"); err != nil || !bytes.Equal(got[:size], then) {
+		t.Errorf("the restored volume does not hold what the snapshot held (%v)", err)
+	}
+	if err := <-deleted; err != nil {
+		t.Fatalf("DeleteSnapshot after the restore: %v", err)
+	}
+	if list, err := d.ListSnapshots(ctx, &csi.ListSnapshotsRequest{SnapshotId: snap.Snapshot.SnapshotId}); err != nil || len(list.Entries) != 0 {
+		t.Errorf("after DeleteSnapshot the snapshot is listed: %v (%v)", list, err)
+	}
+}
