@@ -81,7 +81,11 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, err
 	}
 	key := backend.KeyForName(req.GetName())
-	defer d.locks.lock("volume/" + key)()
+	unlock, err := d.locks.lock(ctx, "volume/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 
 	dk, vol, err := d.findVolume(ctx, key)
 	if err != nil {
@@ -225,7 +229,9 @@ func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource
 		if _, err := dk.backend.GetSnapshot(ctx, key); err != nil {
 			return nil, unlock, toStatus(fmt.Errorf("source snapshot %q: %w", id, err))
 		}
-		unlock = d.locks.lock("snapshot/" + key)
+		if unlock, err = d.locks.lock(ctx, "snapshot/"+key); err != nil {
+			return nil, func() {}, err
+		}
 		snap, err := dk.backend.GetSnapshot(ctx, key)
 		if err != nil {
 			return nil, unlock, toStatus(fmt.Errorf("source snapshot %q: %w", id, err))
@@ -240,7 +246,9 @@ func (d *Driver) contentSource(ctx context.Context, src *csi.VolumeContentSource
 			// unhealthy a moment before): its lock is held already.
 			return nil, unlock, status.Errorf(codes.InvalidArgument, "volume %q cannot be its own source", creq.Name)
 		}
-		unlock = d.locks.lock("volume/" + key)
+		if unlock, err = d.locks.lock(ctx, "volume/"+key); err != nil {
+			return nil, func() {}, err
+		}
 		vol, err := dk.backend.GetVolume(ctx, key)
 		if err != nil {
 			return nil, unlock, toStatus(fmt.Errorf("source volume %q: %w", id, err))
@@ -282,7 +290,11 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	defer d.locks.lock("volume/" + key)()
+	unlock, err := d.locks.lock(ctx, "volume/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if err := dk.backend.DeleteVolume(ctx, key); err != nil {
 		return nil, toStatus(fmt.Errorf("deleting volume %s: %w", req.GetVolumeId(), err))
 	}

@@ -1,6 +1,12 @@
 package driver
 
-import "sync"
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
 
 // keyLocks serialises operations per key (a volume or snapshot key) while
 // letting operations on different keys run in parallel. Entries are
@@ -38,8 +44,9 @@ type keyLocks struct {
 	locks map[string]*keyLock
 }
 
+// keyLock is held while its channel holds a token.
 type keyLock struct {
-	mu   sync.Mutex
+	held chan struct{}
 	refs int
 }
 
@@ -47,25 +54,37 @@ func newKeyLocks() *keyLocks {
 	return &keyLocks{locks: map[string]*keyLock{}}
 }
 
-// lock locks key and returns the function that unlocks it.
-func (k *keyLocks) lock(key string) func() {
+// lock locks key and returns the function that unlocks it. It stops
+// waiting when ctx ends, answering Aborted (CSI's "an operation is pending
+// for the volume"), so that a call whose caller gave up does nothing
+// later: a kubelet or sidecar whose call timed out retries, and may since
+// have asked for something else.
+func (k *keyLocks) lock(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()
 	l, ok := k.locks[key]
 	if !ok {
-		l = &keyLock{}
+		l = &keyLock{held: make(chan struct{}, 1)}
 		k.locks[key] = l
 	}
 	l.refs++
 	k.mu.Unlock()
 
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
+	release := func() {
 		k.mu.Lock()
 		l.refs--
 		if l.refs == 0 {
 			delete(k.locks, key)
 		}
 		k.mu.Unlock()
+	}
+	select {
+	case l.held <- struct{}{}:
+		return func() {
+			<-l.held
+			release()
+		}, nil
+	case <-ctx.Done():
+		release()
+		return nil, status.Errorf(codes.Aborted, "another operation on %s is still running; gave up waiting for it: %v", key, ctx.Err())
 	}
 }

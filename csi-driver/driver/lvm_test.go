@@ -433,6 +433,47 @@ func TestLVMSourceIsNotStagedMidClone(t *testing.T) {
 	}
 }
 
+// TestLVMCallGivenUpStopsWaiting: a call that waits for a volume's lock
+// (here a stage of a clone's source, which waits for the copy) ends when
+// its caller gives up, answering Aborted, and does nothing later: the
+// kubelet, whose call timed out, may since have decided otherwise (the
+// pod deleted, the volume to be unstaged), and a stage run once the copy
+// ends would leave the volume staged that nothing will unstage, its
+// device open, so that it can be neither cloned nor deleted. lvm2 is
+// faked (fakelvm).
+func TestLVMCallGivenUpStopsWaiting(t *testing.T) {
+	const size = 16 * mi
+	ctx, d, vg, src, data := startWithSource(t, size, "source ")
+	finish := cloneHeldAtItsCopy(ctx, t, d, vg, src, size)
+	staging := filepath.Join(d.kubeletDir, "plugins", "staging", "src")
+	callCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	staged := make(chan error, 1)
+	go func() {
+		_, err := d.NodeStageVolume(callCtx, &csi.NodeStageVolumeRequest{VolumeId: src,
+			StagingTargetPath: staging, VolumeCapability: blockCap()})
+		staged <- err
+	}()
+	select {
+	case err := <-staged:
+		if status.Code(err) != codes.Aborted {
+			t.Errorf("a stage given up while it waited for the clone: %v, want Aborted", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a stage whose caller gave up went on waiting for the clone's copy")
+		finish()
+		<-staged
+		finish = func() {}
+	}
+	finish()
+	if got, err := vg.ReadLV("v-pvc-clone"); err != nil || !bytes.Equal(got[:size], data) {
+		t.Errorf("the clone does not hold what its source held (%v)", err)
+	}
+	if _, err := d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: src}); err != nil {
+		t.Errorf("the source, whose stage was given up, cannot be deleted: %v", err)
+	}
+}
+
 // TestLVMRetriedCopyIsTheSameVolume: csi-provisioner that crashed, or lost
 // the reply of a CreateVolume that made a restore or clone, asks again
 // with the same name and source, and must get the volume made: otherwise

@@ -132,7 +132,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
-	defer d.locks.lock("volume/" + key)()
+	unlock, err := d.locks.lock(ctx, "volume/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	// The kubelet stages only volumes of PVs: from here on the volume may
 	// hold data, and the driver never removes it on its own.
 	if err := d.changeRefs(ctx, d.volumeRefs(), dk, key, func(backend.Refs) backend.Refs { return backend.Refs{} }); err != nil {
@@ -509,7 +513,11 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err != nil {
 		return nil, err
 	}
-	defer d.locks.lock("volume/" + key)()
+	unlock, err := d.locks.lock(ctx, "volume/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	// A Block volume is published as bind mounts of its loop device's
 	// node. Detached under a pod still using one, the node would lead to
 	// whatever volume that loop device is attached to next.
@@ -554,7 +562,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
-	defer d.locks.lock("volume/" + key)()
+	unlock, err := d.locks.lock(ctx, "volume/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if _, err := dk.backend.GetVolume(ctx, key); err != nil {
 		return nil, toStatus(fmt.Errorf("volume %s: %w", req.GetVolumeId(), err))
 	}
@@ -754,7 +766,11 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if err != nil {
 		return nil, err
 	}
-	defer d.locks.lock("volume/" + key)()
+	unlock, err := d.locks.lock(ctx, "volume/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if err := mount.CleanupMountPoint(target, d.mounter, true); err != nil {
 		return nil, status.Errorf(codes.Internal, "unmounting %s: %v", target, err)
 	}
@@ -860,7 +876,11 @@ func (d *Driver) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if err != nil {
 		return nil, err
 	}
-	defer d.locks.lock("volume/" + key)()
+	unlock, err := d.locks.lock(ctx, "volume/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	vol, err := dk.backend.GetVolume(ctx, key)
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("volume %q: %w", req.GetVolumeId(), err))

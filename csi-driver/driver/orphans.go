@@ -213,7 +213,11 @@ func (d *Driver) sweep(ctx context.Context, kind refKind, items []swept) {
 // current ones, under the item's lock. NeverReferenced is never set again
 // once cleared.
 func (d *Driver) updateRefs(ctx context.Context, kind refKind, it swept, change func(backend.Refs) backend.Refs) {
-	defer d.locks.lock(kind.lock + it.key)()
+	unlock, err := d.locks.lock(ctx, kind.lock+it.key)
+	if err != nil {
+		return
+	}
+	defer unlock()
 	if err := d.changeRefs(ctx, kind, it.dk, it.key, change); err != nil && !errors.Is(err, backend.ErrNotFound) {
 		klog.FromContext(ctx).Error(err, "Recording what refers to it", "kind", kind.name, "id", makeID(it.dk.name, it.key))
 	}
@@ -268,7 +272,11 @@ func (d *Driver) VolumeReferenced(ctx context.Context, id string) {
 	if _, refs, err := kind.get(ctx, dk, key); err == nil && refs.Equal(backend.Refs{}) {
 		return
 	}
-	defer d.locks.lock(kind.lock + key)()
+	unlock, err := d.locks.lock(ctx, kind.lock+key)
+	if err != nil {
+		return
+	}
+	defer unlock()
 	err = d.changeRefs(ctx, kind, dk, key, func(backend.Refs) backend.Refs { return backend.Refs{} })
 	if err != nil && !errors.Is(err, backend.ErrNotFound) {
 		klog.FromContext(ctx).Error(err, "Recording the PV of a volume", "volume", id)
@@ -323,7 +331,11 @@ var errReplaced = errors.New("deleted, made again or referred to since it was li
 // removeOrphan deletes the item under its lock if it is still the one the
 // sweep listed and still never referenced.
 func (d *Driver) removeOrphan(ctx context.Context, kind refKind, it swept) error {
-	defer d.locks.lock(kind.lock + it.key)()
+	unlock, err := d.locks.lock(ctx, kind.lock+it.key)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	created, refs, err := kind.get(ctx, it.dk, it.key)
 	if errors.Is(err, backend.ErrNotFound) || (err == nil && (!created.Equal(it.created) || !refs.Equal(it.refs))) {
 		return errReplaced

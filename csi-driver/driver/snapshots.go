@@ -33,8 +33,16 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 	// whose copy-on-write area and recorded size are for the smaller one,
 	// and a DeleteVolume in between could miss the snapshot that depends
 	// on it. The volume's lock comes first (see keyLocks).
-	defer d.locks.lock("volume/" + srcKey)()
-	defer d.locks.lock("snapshot/" + key)()
+	unlock, err := d.locks.lock(ctx, "volume/"+srcKey)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	unlockSnapshot, err := d.locks.lock(ctx, "snapshot/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockSnapshot()
 	for _, other := range d.disks() {
 		if other.health(ctx) != nil {
 			continue
@@ -122,7 +130,11 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	if err != nil {
 		return nil, err
 	}
-	defer d.locks.lock("snapshot/" + key)()
+	unlock, err := d.locks.lock(ctx, "snapshot/"+key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if err := dk.backend.DeleteSnapshot(ctx, key); err != nil {
 		return nil, toStatus(fmt.Errorf("deleting snapshot %s: %w", req.GetSnapshotId(), err))
 	}
