@@ -307,7 +307,7 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 		return noSpace(err)
 	})
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, l.undo(ctx, name))
 	}
 	if copyFrom != "" {
 		if err := l.copyLV(ctx, copyFrom, name); err != nil {
@@ -323,7 +323,8 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 // undoTimeout bounds undo: its commands are quick unless lvm2 hangs.
 const undoTimeout = time.Minute
 
-// undo removes the LV of a creation that failed, with a context that the
+// undo removes the LV of a creation that failed (an lvcreate killed with
+// its caller may have made it before it died), with a context that the
 // end of the call's does not end: a copy fails most often because its
 // caller gave up (external-provisioner's --timeout kills the dd with the
 // call), and with the call's context every command of the removal would
@@ -504,7 +505,7 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 		return noSpace(err)
 	})
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, l.undo(ctx, lvName))
 	}
 	if err := l.markReady(ctx, lvName); err != nil {
 		return nil, errors.Join(err, l.undo(ctx, lvName))

@@ -609,3 +609,59 @@ func withOlderSnapshot(t *testing.T, data []byte) (*fakelvm.VG, string, *LVM) {
 	}
 	return vg, lockDir, l
 }
+
+// killedAfterItsWork runs lvm2 commands on a fake volume group; while
+// kill is set, an lvcreate makes its LV and is then reported killed, as
+// exec.CommandContext reports an lvcreate whose caller's context ended
+// after lvm2 had committed the LV.
+type killedAfterItsWork struct {
+	*fakelvm.VG
+	kill bool
+}
+
+func (k *killedAfterItsWork) Run(ctx context.Context, name string, args ...string) (string, error) {
+	out, err := k.VG.Run(ctx, name, args...)
+	if err == nil && k.kill && name == "lvcreate" {
+		return "", errors.New("lvcreate: signal: killed")
+	}
+	return out, err
+}
+
+// TestLVMCreationKilledLeavesNothing: a CreateVolume or CreateSnapshot
+// whose lvcreate made the LV but was then killed (the caller gave up)
+// fails, and removes the LV it made: left, it would hold its space until
+// a retry of the same name, which never comes for a deleted claim or
+// VolumeSnapshot, or until the driver restarts.
+func TestLVMCreationKilledLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	run := &killedAfterItsWork{VG: fakelvm.New(1 << 30)}
+	l := closing(t, NewLVM("vg0", "", false, 8*mi, run, t.TempDir()))
+	l.SetDeviceMapperControl(dmControl(t, true))
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "src", Name: "src", SizeBytes: 16 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	run.kill = true
+	for _, c := range []struct {
+		lv     string
+		create func() error
+	}{
+		{"v-vol", func() error {
+			_, err := l.CreateVolume(ctx, CreateRequest{Key: "vol", Name: "vol", SizeBytes: 16 * mi})
+			return err
+		}},
+		{"s-snap", func() error {
+			_, err := l.CreateSnapshot(ctx, "snap", "snap", "src")
+			return err
+		}},
+	} {
+		if err := c.create(); err == nil {
+			t.Errorf("%s: made though its lvcreate was killed", c.lv)
+		}
+		if slices.Contains(run.Names(), c.lv) {
+			t.Errorf("the killed creation left LV %s", c.lv)
+		}
+	}
+}
