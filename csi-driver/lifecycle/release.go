@@ -61,22 +61,30 @@ func StillReleasedOnDiskLoss(ctx context.Context, client kubernetes.Interface, c
 // was read stays (ErrClaimChanged), and its PV gets back the reclaim
 // policy it had.
 func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Claim, node string) error {
+	if err := deleteClaimKeepingData(ctx, client, c); err != nil {
+		return err
+	}
+	return deletePodsUsing(ctx, client, c.PVC, node)
+}
+
+// deleteClaimKeepingData makes c's PV Retain and then deletes c's claim.
+// A claim changed since it was read stays (ErrClaimChanged), and its PV
+// gets back the reclaim policy it had.
+func deleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c Claim) error {
 	restore, err := retain(ctx, client, c.PV)
 	if err != nil {
 		return err
 	}
-	if err := deleteClaim(ctx, client, c.PVC); err != nil {
-		if errors.Is(err, ErrClaimChanged) {
-			if rerr := restore(ctx); rerr != nil {
-				// The claim that stays keeps a Retain PV: deleted later,
-				// its volume and data would stay for good.
-				klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC))
-				err = errors.Join(err, rerr)
-			}
+	err = deleteClaim(ctx, client, c.PVC)
+	if errors.Is(err, ErrClaimChanged) {
+		if rerr := restore(ctx); rerr != nil {
+			// The claim that stays keeps a Retain PV: deleted later,
+			// its volume and data would stay for good.
+			klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC))
+			err = errors.Join(err, rerr)
 		}
-		return err
 	}
-	return deletePodsUsing(ctx, client, c.PVC, node)
+	return err
 }
 
 // retain makes the reclaim policy of the PV as the API server has it now
@@ -152,9 +160,12 @@ func released(ctx context.Context, client kubernetes.Interface, pvc *v1.Persiste
 // the PV are deleted. The PV's provisioner died with the node and can
 // never remove its finalizer, so that finalizer is removed here. Whatever
 // the machine held stays on it: the driver never removes a volume that
-// had a PV (docs/reliability.md).
+// had a PV (docs/reliability.md). The PV is made Retain before the claim
+// goes, so that a release cut short after that (no later pass looks at a
+// PV whose claim is gone) leaves a PV whose volume the provisioner of a
+// node registered again under the name does not delete.
 func ReleaseWithNode(ctx context.Context, client kubernetes.Interface, c Claim) error {
-	if err := deleteClaim(ctx, client, c.PVC); err != nil {
+	if err := deleteClaimKeepingData(ctx, client, c); err != nil {
 		return err
 	}
 	// The PV changes under us (the PV controller marks it Released when
@@ -199,9 +210,12 @@ func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.Persi
 		return nil
 	case apierrors.IsConflict(err):
 		// Refused for the UID (the claim is gone, one was made anew under
-		// its name) or for the resourceVersion (it changed, and stays).
+		// its name) or for the resourceVersion (it changed, and stays, or
+		// it is being deleted already).
+		// A claim being deleted under its UID is going all the same
+		// (another release, or its owner, deleted it first).
 		now, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && now.UID != pvc.UID {
+		if apierrors.IsNotFound(err) || err == nil && (now.UID != pvc.UID || now.DeletionTimestamp != nil) {
 			return nil
 		}
 		if err != nil {

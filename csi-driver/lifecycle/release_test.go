@@ -5,9 +5,11 @@ import (
 	"errors"
 	"strconv"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
@@ -142,5 +144,79 @@ func TestReleaseStopsWhenTheClaimChangedPutsBackThePolicyAfterAnotherWrite(t *te
 	}
 	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimDelete {
 		t.Errorf("PV of a claim that stays has reclaim policy %s after %d patches, want its own (Delete) back", got, versions)
+	}
+}
+
+// TestReleaseOfAClaimAnotherReleaseDeletedKeepsRetain: two releases of one
+// claim at once (diskfit-controller, and `diskfit drain --release` that
+// its ReleaseHeld event suggested). This one read the claim and set the
+// PV to Retain; the other, finding the PV Retain already, deleted the
+// claim first, which its pod's protection keeps, terminating and with a
+// new resourceVersion, so this one's delete is refused. The claim is
+// going all the same: its PV must stay Retain, or the volume and its data
+// are deleted with it.
+func TestReleaseOfAClaimAnotherReleaseDeletedKeepsRetain(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	objs[0].(*v1.PersistentVolumeClaim).ResourceVersion = "100"
+	e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
+	gvr := v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+	first := true
+	e.client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if first {
+			// The other release's delete lands first.
+			first = false
+			obj, err := e.client.Tracker().Get(gvr, "ns", "a")
+			if err != nil {
+				return true, nil, err
+			}
+			pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
+			pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			pvc.ResourceVersion = "101"
+			if err := e.client.Tracker().Update(gvr, pvc, "ns"); err != nil {
+				return true, nil, err
+			}
+		}
+		return false, nil, nil // the env checks the preconditions
+	})
+	err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1")
+	if err != nil {
+		t.Errorf("release of a claim being deleted by another release: %v, want it released", err)
+	}
+	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
+		t.Errorf("the claim is being deleted, and its PV has reclaim policy %s: the volume is deleted with it; want Retain", got)
+	}
+}
+
+// TestNodeReleaseInterruptedAfterTheClaimKeepsTheVolume: the release of a
+// deleted Node's claim deletes the claim and then the PV; the API server
+// fails every write after the claim's delete (a timeout, a restart). No
+// later pass looks at a PV whose claim is gone, and the Node may register
+// again under its name (a machine back from maintenance): its
+// provisioner must then find nothing to delete, so the PV is Retain
+// before the claim goes.
+func TestNodeReleaseInterruptedAfterTheClaimKeepsTheVolume(t *testing.T) {
+	objs := claim("lost", plainClass, "gone", "d0", nodeDeletionAnnotation)
+	objs[1].(*v1.PersistentVolume).Finalizers = []string{provisionerFinalizer}
+	e := newEnv(t, objs)
+	claimDeleted := false
+	e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		claimDeleted = true
+		return false, nil, nil
+	})
+	e.client.PrependReactor("*", "persistentvolumes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if claimDeleted && a.GetVerb() != "get" {
+			return true, nil, apierrors.NewInternalError(errors.New("etcdserver: request timed out"))
+		}
+		return false, nil, nil
+	})
+	err := ReleaseWithNode(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)})
+	if err == nil {
+		t.Error("the release whose PV writes failed reported no error")
+	}
+	if e.pvcExists("lost") {
+		t.Fatal("the claim was not deleted")
+	}
+	if pv := e.pv("pv-lost"); pv != nil && pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain {
+		t.Errorf("the claim is gone and its PV stays with reclaim policy %s: the volume is deleted if the node comes back; want Retain", pv.Spec.PersistentVolumeReclaimPolicy)
 	}
 }
