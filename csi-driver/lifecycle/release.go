@@ -251,22 +251,28 @@ func deletePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.P
 	return nil
 }
 
-// PodsUsing lists, from the API server, the pods on node that mount pvc.
+// PodsUsing lists, from the API server, the pods that mount pvc on node,
+// where its volume lives, or that are on no node yet (a replica evicted
+// before, whose new pod waits for its claim's node): either is the
+// claim's, and a pod on no node never ran, so deleting it loses nothing
+// and lets its StatefulSet make it anew with the new claim.
 func PodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) ([]v1.Pod, error) {
-	list, err := client.CoreV1().Pods(pvc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		return nil, fmt.Errorf("listing the pods of node %s in %s: %w", node, pvc.Namespace, err)
-	}
 	var pods []v1.Pod
-	for _, pod := range list.Items {
-		if pod.Spec.NodeName != node {
-			continue
+	for _, on := range []string{node, ""} {
+		list, err := client.CoreV1().Pods(pvc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + on})
+		if err != nil {
+			return nil, fmt.Errorf("listing the pods in %s on node %q: %w", pvc.Namespace, on, err)
 		}
-		if slices.ContainsFunc(pod.Spec.Volumes, func(v v1.Volume) bool {
-			return (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc.Name) ||
-				(v.Ephemeral != nil && pod.Name+"-"+v.Name == pvc.Name)
-		}) {
-			pods = append(pods, pod)
+		for _, pod := range list.Items {
+			if pod.Spec.NodeName != on {
+				continue
+			}
+			if slices.ContainsFunc(pod.Spec.Volumes, func(v v1.Volume) bool {
+				return (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc.Name) ||
+					(v.Ephemeral != nil && pod.Name+"-"+v.Name == pvc.Name)
+			}) {
+				pods = append(pods, pod)
+			}
 		}
 	}
 	return pods, nil

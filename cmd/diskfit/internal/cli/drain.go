@@ -97,6 +97,28 @@ func (d drainClaim) podNames() string {
 	return strings.Join(names, ",")
 }
 
+// released says what releasing the claim deletes, "claim" and its pods
+// on the node, and which pods stay: those on no node yet, which their
+// StatefulSet gives a new claim.
+func (d drainClaim) released() (deleted, staying string) {
+	var on, off []string
+	for _, p := range d.pods {
+		if p.Spec.NodeName == "" {
+			off = append(off, p.Name)
+		} else {
+			on = append(on, p.Name)
+		}
+	}
+	deleted = "claim"
+	if len(on) > 0 {
+		deleted += " and pod " + strings.Join(on, ",")
+	}
+	if len(off) > 0 {
+		staying = fmt.Sprintf(" Pod %s, on no node yet, stays: its StatefulSet gives it a new claim.", strings.Join(off, ","))
+	}
+	return deleted, staying
+}
+
 // drainReplica is the claims released together: those of one pod. Deleting
 // one deletes the pod, so its other claims on the disk go with it rather
 // than keep the new pod on the drained node.
@@ -255,11 +277,8 @@ func (o *drainOptions) advise(out io.Writer, n int, anyRelease bool) {
 // describeRelease says what releaseReplica would do.
 func (o *drainOptions) describeRelease(out io.Writer, r drainReplica) {
 	for _, cl := range r.claims {
-		fmt.Fprintf(out, "Would release claim %s: set PV %s to reclaim policy Retain, delete the claim", cl.key(), cl.PV.Name)
-		if pods := cl.podNames(); pods != "" {
-			fmt.Fprintf(out, " and pod %s", pods)
-		}
-		fmt.Fprintln(out, ".")
+		deleted, staying := cl.released()
+		fmt.Fprintf(out, "Would release claim %s: set PV %s to reclaim policy Retain, delete the %s.%s\n", cl.key(), cl.PV.Name, deleted, staying)
 	}
 	if sts := r.claims[0].statefulSet; sts != "" {
 		fmt.Fprintf(out, "  Then wait up to %s for StatefulSet %s to run %s again with a new bound claim.\n", o.timeout, sts, r.name())
@@ -291,11 +310,8 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 			return released, fmt.Errorf("releasing claim %s: %w", cl.key(), err)
 		}
 		released = append(released, cl)
-		fmt.Fprintf(out, "Released claim %s: PV %s kept (reclaim policy Retain), claim", cl.key(), cl.PV.Name)
-		if pods := cl.podNames(); pods != "" {
-			fmt.Fprintf(out, " and pod %s", pods)
-		}
-		fmt.Fprintln(out, " deleted.")
+		deleted, staying := cl.released()
+		fmt.Fprintf(out, "Released claim %s: PV %s kept (reclaim policy Retain), %s deleted.%s\n", cl.key(), cl.PV.Name, deleted, staying)
 	}
 	sts := r.claims[0].statefulSet
 	if sts == "" {
@@ -319,8 +335,8 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 }
 
 // replicaState says what is missing for the replica to be back: its pods,
-// recreated (another UID) and Running, and its claims, recreated and
-// Bound. It is empty when nothing is.
+// recreated (another UID; a pod that was on no node stays) and Running,
+// and its claims, recreated and Bound. It is empty when nothing is.
 func replicaState(ctx context.Context, c *Clients, r drainReplica) []string {
 	var missing []string
 	seen := map[string]bool{}
@@ -331,7 +347,13 @@ func replicaState(ctx context.Context, c *Clients, r drainReplica) []string {
 			}
 			seen[p.Name] = true
 			got, err := c.Kube.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
-			if s := recreated("pod", p.Name, p.UID, got, err); s != "" {
+			s := recreated("pod", p.Name, p.UID, got, err)
+			if p.Spec.NodeName == "" && err == nil {
+				// A pod on no node is not deleted (it never ran on the
+				// volume): its StatefulSet gives it the new claim.
+				s = ""
+			}
+			if s != "" {
 				missing = append(missing, s)
 			} else if got.Status.Phase != v1.PodRunning || got.DeletionTimestamp != nil {
 				missing = append(missing, fmt.Sprintf("pod %s is %s", p.Name, cmp.Or(got.Status.Phase, "new")))

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -144,15 +145,42 @@ Staying (not opted in, diskfit.io/on-disk-loss is not release): shop/scratch
 
 // statefulSet does for the pods given what the StatefulSet controller
 // does: when one is gone, it creates its claims that are gone and the
-// pod, with new UIDs. The pod is Pending at first and Running on the next
-// look, its claims Bound, unless stuck: then they stay Pending (no disk
-// has room, say).
+// pod, with new UIDs; for a pod that is Pending it creates its claims
+// that are gone. A Pending pod whose claims are all new is Running on the
+// next look, its claims Bound, unless stuck: then they stay Pending (no
+// disk has room, say).
 func statefulSet(ctx context.Context, t *testing.T, client kubernetes.Interface, stuck bool, pods ...*corev1.Pod) {
+	// newClaims creates p's claims that are gone and says whether all of
+	// them are new ones.
+	newClaims := func(p *corev1.Pod) bool {
+		allNew := true
+		for _, v := range p.Spec.Volumes {
+			name := v.PersistentVolumeClaim.ClaimName
+			got, err := client.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, name, metav1.GetOptions{})
+			if err == nil {
+				allNew = allNew && got.UID == types.UID(name+"-new")
+				continue
+			}
+			if !apierrors.IsNotFound(err) {
+				t.Error(err)
+				return false
+			}
+			pvc := drainPVC(name, "diskfit-release", "pv-new-"+name, "")
+			pvc.UID = types.UID(name + "-new")
+			if stuck {
+				pvc.Spec.VolumeName, pvc.Status.Phase = "", corev1.ClaimPending
+			}
+			if _, err := client.CoreV1().PersistentVolumeClaims(p.Namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+		return allNew
+	}
 	look := func() {
 		for _, p := range pods {
 			got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 			if err == nil {
-				if got.UID != p.UID && got.Status.Phase == corev1.PodPending && !stuck {
+				if got.Status.Phase == corev1.PodPending && newClaims(got) && !stuck {
 					got.Status.Phase = corev1.PodRunning
 					if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 						t.Error(err)
@@ -164,20 +192,7 @@ func statefulSet(ctx context.Context, t *testing.T, client kubernetes.Interface,
 				t.Error(err)
 				return
 			}
-			for _, v := range p.Spec.Volumes {
-				name := v.PersistentVolumeClaim.ClaimName
-				if _, err := client.CoreV1().PersistentVolumeClaims(p.Namespace).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-					continue
-				}
-				pvc := drainPVC(name, "diskfit-release", "pv-new-"+name, "")
-				pvc.UID = types.UID(name + "-new")
-				if stuck {
-					pvc.Spec.VolumeName, pvc.Status.Phase = "", corev1.ClaimPending
-				}
-				if _, err := client.CoreV1().PersistentVolumeClaims(p.Namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-					t.Error(err)
-				}
-			}
+			newClaims(p)
 			np := p.DeepCopy()
 			np.UID, np.ResourceVersion, np.Status.Phase = types.UID(p.Name+"-new"), "", corev1.PodPending
 			if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
@@ -247,6 +262,43 @@ The disks stay cordoned; diskfit uncordon node-a/nvme0 puts them back into servi
 		if got := reclaimPolicy(t, c, pv); got != corev1.PersistentVolumeReclaimRetain {
 			t.Errorf("PV %s has reclaim policy %q, want Retain", pv, got)
 		}
+	}
+}
+
+// TestDrainWaitsForAReplicaNotOnTheNode: web-0 was evicted before the
+// drain (kubectl drain of the node, a PDB letting one go), and its new pod
+// is Pending, on no node, its volume on the drained disk. It is a replica
+// down all the same: drain releases its claim (its StatefulSet gives the
+// Pending pod a new one) and waits for it to run before it takes web-1
+// down, or two replicas would be down at once.
+func TestDrainWaitsForAReplicaNotOnTheNode(t *testing.T) {
+	c := drainCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := c.Kube.CoreV1().Pods("shop").Delete(ctx, "web-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pending := replicaPod("web-0", "data-web-0")
+	pending.UID, pending.Spec.NodeName, pending.Status.Phase = "web-0-pending", "", corev1.PodPending
+	if _, err := c.Kube.CoreV1().Pods("shop").Create(ctx, pending, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Kube.(*kubefake.Clientset).ClearActions()
+	statefulSet(ctx, t, c.Kube, false, pending, replicaPod("web-1", "data-web-1"))
+
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release")
+	cancel()
+	if err != nil {
+		t.Fatalf("drain: %v\n%s", err, out)
+	}
+	w := writes(c)
+	back, down := slices.Index(w, "update pods/status web-0"), slices.Index(w, "delete pods web-1")
+	if down < 0 || back < 0 || down < back {
+		t.Errorf("web-1 was taken down before web-0 ran again: writes %q", w)
+	}
+	if !strings.Contains(out, "Released claim shop/data-web-0: PV pv-w0 kept (reclaim policy Retain), claim deleted. "+
+		"Pod web-0, on no node yet, stays: its StatefulSet gives it a new claim.\n") || !strings.Contains(out, "shop/web-0 is running again.") {
+		t.Errorf("drain did not say what it did with web-0 and wait for it:\n%s", out)
 	}
 }
 
