@@ -173,6 +173,7 @@ func (n *Node) startProvisioner(ctx context.Context) error {
 		"--csi-address=" + n.Socket,
 		"--kubeconfig=" + kubeconfig,
 		"--node-deployment",
+		"--node-deployment-immediate-binding=false",
 		"--extra-create-metadata",
 		"--enable-capacity",
 		// No pod owns the CSIStorageCapacity objects here.

@@ -43,6 +43,7 @@ var rbacManifests = []string{
 	"base/policy/disknode-own-node.yaml",
 	"base/policy/volumes-own-node.yaml",
 	"base/policy/snapshots-own-node.yaml",
+	"base/policy/wait-for-first-consumer.yaml",
 	"scheduler/rbac.yaml",
 	"snapshot/snapshot-controller.yaml",
 	"webhook/rbac.yaml",

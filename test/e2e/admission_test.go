@@ -10,11 +10,14 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 )
@@ -124,4 +127,36 @@ func TestOnlyTheSchedulerChoosesTheDisk(t *testing.T) {
 			refused("a tenant's update to "+tt.name, err)
 		}
 	}
+}
+
+// TestDiskfitClassesWaitForTheirFirstConsumer: diskfit-scheduler chooses a
+// claim's node and disk when a pod first uses it. A StorageClass of
+// diskfit that binds at once (Immediate, also the default when the field
+// is left out) is refused with a message saying what to set: no
+// scheduler would be asked, the nodes' provisioners would race for the
+// claim.
+func TestDiskfitClassesWaitForTheirFirstConsumer(t *testing.T) {
+	ctx := ctxFor(t, time.Minute)
+	for _, mode := range []*storagev1.VolumeBindingMode{nil, ptr.To(storagev1.VolumeBindingImmediate)} {
+		_, err := kube.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+			ObjectMeta: metav1.ObjectMeta{Name: "e2e-immediate"}, Provisioner: diskfit.DriverName, VolumeBindingMode: mode,
+		}, metav1.CreateOptions{})
+		if err == nil {
+			_ = kube.StorageV1().StorageClasses().Delete(ctx, "e2e-immediate", metav1.DeleteOptions{})
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "WaitForFirstConsumer") {
+			t.Errorf("a diskfit StorageClass with volumeBindingMode %v: %v, want refused, naming WaitForFirstConsumer", ptr.Deref(mode, "unset"), err)
+		}
+	}
+	wffc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-wffc"}, Provisioner: diskfit.DriverName,
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
+	if _, err := kube.StorageV1().StorageClasses().Create(ctx, wffc, metav1.CreateOptions{}); err != nil {
+		t.Errorf("a diskfit StorageClass that waits for its first consumer: %v", err)
+	}
+	_ = kube.StorageV1().StorageClasses().Delete(ctx, wffc.Name, metav1.DeleteOptions{})
+	other := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "e2e-other-immediate"}, Provisioner: "other.example.com"}
+	if _, err := kube.StorageV1().StorageClasses().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Errorf("another driver's Immediate StorageClass: %v", err)
+	}
+	_ = kube.StorageV1().StorageClasses().Delete(ctx, other.Name, metav1.DeleteOptions{})
 }

@@ -234,6 +234,57 @@ func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 	if got, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{}); err != nil || len(got.OwnerReferences) != 0 {
 		t.Errorf("claim after node-a's writes: owners %v, %v", got.OwnerReferences, err)
 	}
+
+	// A node may not steer a claim to itself (its provisioner would make
+	// the volume there, and the pod and its data would follow), nor opt a
+	// claim in to release: selected-node and diskfit's annotations come
+	// from the scheduler and the claim's owner. Its provisioner only
+	// removes selected-node naming its own node, to have the pod
+	// rescheduled.
+	// As external-provisioner writes a claim (update; its role has no
+	// patch) and external-resizer its status (patch).
+	setAnnotation := func(key string, value *string) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			got, err := asNodeA.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if value == nil {
+				delete(got.Annotations, key)
+			} else {
+				metav1.SetMetaDataAnnotation(&got.ObjectMeta, key, *value)
+			}
+			_, err = asNodeA.CoreV1().PersistentVolumeClaims("default").Update(ctx, got, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	refused("node-a's driver writing its node into a claim",
+		setAnnotation(diskfit.SelectedNodeAnnotation, ptr.To("node-a")))
+	_, err = asNodeA.CoreV1().PersistentVolumeClaims("default").Patch(ctx, pvc.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"volume.kubernetes.io/selected-node":"node-a"}}}`), metav1.PatchOptions{}, "status")
+	refused("node-a's driver writing its node into a claim through its status", err)
+	refused("node-a's driver opting a claim in to release",
+		setAnnotation(diskfit.OnDiskLossAnnotation, ptr.To(diskfit.OnDiskLossRelease)))
+	setNode := func(node string) {
+		t.Helper()
+		if _, err := kube.CoreV1().PersistentVolumeClaims("default").Patch(ctx, pvc.Name, types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"volume.kubernetes.io/selected-node":"`+node+`"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setNode("node-b")
+	refused("node-a's driver taking node-b's selected-node off a claim",
+		setAnnotation(diskfit.SelectedNodeAnnotation, nil))
+	refused("node-a's driver moving a claim from node-b to itself",
+		setAnnotation(diskfit.SelectedNodeAnnotation, ptr.To("node-a")))
+	setNode("node-a")
+	if err := setAnnotation(diskfit.SelectedNodeAnnotation, nil); err != nil {
+		t.Errorf("node-a's driver taking its own node off a claim (its provisioner's reschedule): %v", err)
+	}
+	if got, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, pvc.Name, metav1.GetOptions{}); err != nil ||
+		got.Annotations[diskfit.SelectedNodeAnnotation] != "" || got.Annotations[diskfit.OnDiskLossAnnotation] != "" {
+		t.Errorf("claim after node-a's writes: annotations %v, %v", got.Annotations, err)
+	}
 }
 
 // A node's snapshotter changes only its own node's snapshot contents (the

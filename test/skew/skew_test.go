@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/apis/client/clientset/versioned"
 	dfinformers "github.com/diskfit/diskfit/apis/client/informers/externalversions"
@@ -178,7 +179,8 @@ func TestNewestClientsOnAnOlderAPIServer(t *testing.T) {
 	if _, err := kubeClient.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "diskfit"}, Provisioner: diskfit.DriverName}
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "diskfit"}, Provisioner: diskfit.DriverName,
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer)}
 	if _, err := kubeClient.StorageV1().StorageClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
