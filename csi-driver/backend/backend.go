@@ -36,7 +36,30 @@ var (
 	ErrUnhealthy = errors.New("disk is unhealthy")
 	// ErrExists: a create found the volume or snapshot complete already.
 	ErrExists = errors.New("already exists")
+	// ErrAnotherDisk: the filesystem at the disk's path holds another
+	// disk's state; an *AnotherDiskError says whose.
+	ErrAnotherDisk = errors.New("the path holds another disk's state")
 )
+
+// AnotherDiskError is why a file disk does not start on a path whose
+// state directory is recorded as another disk's: two disks mounted at each
+// other's paths, say by device names a boot handed out in another order.
+// It is ErrAnotherDisk.
+type AnotherDiskError struct {
+	// Disk is the disk that did not start, Path its path.
+	Disk, Path string
+	// Holder is the disk the state directory at Path is recorded as;
+	// Record is that record's file.
+	Holder, Record string
+}
+
+func (e *AnotherDiskError) Error() string {
+	return fmt.Sprintf("%s is disk %q's, not %q's: are disks mounted at each other's paths? (to give it to %q, move or reclaim what %q holds there and remove %s)",
+		e.Path, e.Holder, e.Disk, e.Disk, e.Holder, e.Record)
+}
+
+// Is makes an AnotherDiskError ErrAnotherDisk.
+func (e *AnotherDiskError) Is(target error) bool { return target == ErrAnotherDisk }
 
 // State is where a volume or snapshot is in its life. What a crash
 // interrupted is told by its state: an LV is made tagged "creating"; the

@@ -52,12 +52,12 @@ type diskRecord struct {
 	Name string `json:"name"`
 }
 
-// claimStateDir refuses a state directory recorded as another disk's, and
-// records this disk's name in one that has no record yet (new, or made by
-// an older driver). Also an empty one is refused: with one of two swapped
-// disks empty, the other would otherwise take the empty filesystem and
-// answer for its volumes there as gone. Removing the record by hand gives
-// a filesystem to another name.
+// claimStateDir refuses a state directory recorded as another disk's (an
+// AnotherDiskError, naming that disk), and records this disk's name in one
+// that has no record yet (new, or made by an older driver). Also an empty
+// one is refused: with one of two swapped disks empty, the other would
+// otherwise take the empty filesystem and answer for its volumes there as
+// gone. Removing the record by hand gives a filesystem to another name.
 //
 // A record that cannot be written (a full filesystem, one mounted
 // read-only) does not stop the disk: it is served as before records
@@ -72,8 +72,7 @@ func (f *File) claimStateDir(ctx context.Context) error {
 		f.claimed.Store(true)
 		return nil
 	case err == nil:
-		return fmt.Errorf("%s is disk %q's, not %q's: are disks mounted at each other's paths? (to give it to %q, move or reclaim what %q holds there and remove %s)",
-			f.path, rec.Name, f.name, f.name, rec.Name, path)
+		return &AnotherDiskError{Disk: f.name, Path: f.path, Holder: rec.Name, Record: path}
 	case !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("cannot tell which disk %s is: %w", f.path, err)
 	}

@@ -195,8 +195,15 @@ func TestStateDirectoryBelongsToItsDisk(t *testing.T) {
 	}
 	refused := func(what string) {
 		t.Helper()
-		if err := start("other"); err == nil || !strings.Contains(err.Error(), `disk "disk"'s`) {
+		err := start("other")
+		if err == nil || !strings.Contains(err.Error(), `disk "disk"'s`) {
 			t.Fatalf("%s started under another name: %v", what, err)
+		}
+		// The driver tells such a disk, whose data is intact elsewhere,
+		// from a failed one by the error's type and the disk it names.
+		var another *AnotherDiskError
+		if !errors.Is(err, ErrAnotherDisk) || !errors.As(err, &another) || another.Holder != testDiskName || another.Disk != "other" || another.Path != p {
+			t.Fatalf("%s under another name: %#v, want an AnotherDiskError naming disk %q at %s", what, err, testDiskName, p)
 		}
 	}
 	refused("an empty disk")

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -128,8 +129,33 @@ func (d *Driver) observe(ctx context.Context, start bool) *v1alpha1.DiskNodeStat
 		st.Disks = append(st.Disks, ds)
 	}
 	st.Disks = append(st.Disks, d.unservedDisks(st)...)
+	atAnotherPath(st, disks)
 	st.Summarize()
 	return st
+}
+
+// atAnotherPath marks, DiskAtAnotherPath, each unhealthy disk of st whose
+// state directory one of disks found at its own path, where it refused to
+// start (backend.AnotherDiskError): the disk's filesystem is mounted at
+// another disk's path (two disks at each other's paths, or one at the
+// path of a disk that died, after a boot that handed out device names in
+// another order), so its data is intact, and diskfit-controller releases
+// none of its claims. A disk whose state is found nowhere is left as it
+// is: it may have failed.
+func atAnotherPath(st *v1alpha1.DiskNodeStatus, disks []*disk) {
+	for _, dk := range disks {
+		var another *backend.AnotherDiskError
+		if !errors.As(dk.unavailable(), &another) {
+			continue
+		}
+		ds := st.Disk(another.Holder)
+		if ds == nil || ds.Healthy || ds.Reason != "" {
+			continue
+		}
+		ds.Reason = v1alpha1.DiskAtAnotherPath
+		*ds = unhealthy(*ds, fmt.Errorf("mounted at another disk's path: its volumes are at %s, the path of disk %s; mount its filesystem at its own path to serve them (%s)",
+			another.Path, dk.name, ds.Message))
+	}
 }
 
 // startUnavailable starts the disk again if its backend could not start,

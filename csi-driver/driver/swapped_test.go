@@ -3,13 +3,16 @@ package driver
 import (
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // TestSwappedDisksAreNotServedUnderEachOthersNames: a volume ID names its
@@ -80,6 +83,100 @@ func TestSwappedDisksAreNotServedUnderEachOthersNames(t *testing.T) {
 			}
 			if files := e.volumeFiles(t); len(files) > 0 {
 				t.Errorf("files left: %v", files)
+			}
+		})
+	}
+}
+
+// TestDisksAtEachOthersPathsArePublishedAtAnotherPath: a disk whose
+// filesystem came up at another disk's path (mounted by device name after
+// a reboot that handed the names out in another order) is published
+// unhealthy with reason AtAnotherPath, and its message says where its
+// volumes are: its data is intact, and diskfit-controller must not take
+// it for failed and release its claims, recreating the replicas empty
+// elsewhere. A disk whose own filesystem is found nowhere (its device died
+// and another took its name) stays a plain failure, with no reason. Once
+// the mounts are put right, both disks are healthy again.
+func TestDisksAtEachOthersPathsArePublishedAtAnotherPath(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// paths gives the disks' paths at the boot, from their paths
+		// before it (at which their filesystems still are) and an empty
+		// directory, which is not a mount point.
+		paths func(before map[string]string, empty string) (a, b string)
+		// discovered: disk b is not in the node config but found by
+		// discovery, which finds nothing mounted at its path.
+		discovered bool
+		// atAnotherPath lists the disks whose filesystems are mounted at
+		// another disk's path; the others' are mounted nowhere.
+		atAnotherPath []string
+	}{
+		{name: "swapped", atAnotherPath: []string{"a", "b"},
+			paths: func(p map[string]string, _ string) (string, string) { return p["b"], p["a"] }},
+		{name: "disk a dead, b at its path", atAnotherPath: []string{"b"},
+			paths: func(p map[string]string, empty string) (string, string) { return p["b"], empty }},
+		{name: "disk a dead, b at its path, b not discovered", atAnotherPath: []string{"b"}, discovered: true,
+			paths: func(p map[string]string, _ string) (string, string) { return p["b"], "" }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, []testDisk{
+				{name: "a", class: "ssd", fsType: "xfs", size: 1 * gi},
+				{name: "b", class: "hdd", fsType: "xfs", size: 1 * gi},
+			}, nil)
+			for name, class := range map[string]string{"a": "ssd", "b": "hdd"} {
+				req := createReq("pvc-on-"+name, 100*mi)
+				req.Parameters[diskfit.DeviceClassParameter] = class
+				if vol := e.mustCreate(t, req); vol.VolumeId != name+":pvc-on-"+name {
+					t.Fatalf("volume %s, want it on disk %s", vol.VolumeId, name)
+				}
+			}
+
+			// The node boots with the filesystems mixed up.
+			boot := e.d.cfg
+			node := *boot.Node
+			node.Disks = slices.Clone(node.Disks)
+			node.Disks[0].Path, node.Disks[1].Path = tt.paths(e.paths, t.TempDir())
+			if tt.discovered {
+				node.Disks = node.Disks[:1]
+				node.Discovers = true
+				boot.Orphans = pvDisks{"a": 1, "b": 1}
+			}
+			boot.Node = &node
+			d := e.restart(t, boot)
+			d.publish(e.ctx)
+			dn, err := e.diskfit.DiskfitV1alpha1().DiskNodes().Get(e.ctx, testNode, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"a", "b"} {
+				ds := dn.Status.Disk(name)
+				switch {
+				case ds == nil:
+					t.Errorf("disk %s not published", name)
+				case ds.Healthy:
+					t.Errorf("disk %s published healthy: %+v", name, ds)
+				case slices.Contains(tt.atAnotherPath, name):
+					if ds.Reason != v1alpha1.DiskAtAnotherPath || !strings.Contains(ds.Message, e.paths[name]) {
+						t.Errorf("disk %s, mounted at another disk's path: reason %q, message %q; want %s, naming %s, where its volumes are",
+							name, ds.Reason, ds.Message, v1alpha1.DiskAtAnotherPath, e.paths[name])
+					}
+				default:
+					if ds.Reason != "" {
+						t.Errorf("disk %s, mounted nowhere: reason %q, message %q; want none: it may have failed", name, ds.Reason, ds.Message)
+					}
+				}
+			}
+
+			// The mounts put right: both disks serve their volumes.
+			d = newDriverOn(t, e)
+			d.publish(e.ctx)
+			if dn, err = e.diskfit.DiskfitV1alpha1().DiskNodes().Get(e.ctx, testNode, metav1.GetOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"a", "b"} {
+				if ds := dn.Status.Disk(name); ds == nil || !ds.Healthy || ds.Reason != "" || ds.VolumeCount != 1 {
+					t.Errorf("disk %s back at its path: %+v, want it healthy with its volume", name, ds)
+				}
 			}
 		})
 	}

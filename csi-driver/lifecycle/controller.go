@@ -130,8 +130,11 @@ type Controller struct {
 	// diskNodeGoneSince is when a pass first saw a DiskNode with an empty
 	// spec whose Node the cache does not have (disknodes.go).
 	diskNodeGoneSince map[string]time.Time
-	// failing holds the disks seen unhealthy in a fresh status.
+	// failing holds the disks seen failed in a fresh status.
 	failing map[diskfit.Location]*failure
+	// notFailing holds the disks seen unhealthy in a fresh status with a
+	// reason that says they did not fail.
+	notFailing map[diskfit.Location]*notFailing
 	// reports holds, per node, the last DiskNode report seen and when,
 	// by this controller's clock (reports.go).
 	reports map[string]report
@@ -147,6 +150,14 @@ type failure struct {
 	told map[string]bool
 	// toldHeld is true once its claims were told their release is held.
 	toldHeld bool
+}
+
+// notFailing is one unhealthy disk that did not fail.
+type notFailing struct {
+	reason v1alpha1.DiskReason
+	// told holds the opted-in claims (by UID) already told that they
+	// are not released.
+	told map[string]bool
 }
 
 // New builds a controller on the given informer factories; start them
@@ -169,6 +180,7 @@ func New(client kubernetes.Interface, df versioned.Interface, factory informers.
 		nodeGoneSince:     map[string]time.Time{},
 		diskNodeGoneSince: map[string]time.Time{},
 		failing:           map[diskfit.Location]*failure{},
+		notFailing:        map[diskfit.Location]*notFailing{},
 		reports:           map[string]report{},
 	}
 	kick := cache.ResourceEventHandlerFuncs{
@@ -345,7 +357,7 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.Location][]Claim) {
 	logger := klog.FromContext(ctx)
 	now := c.opts.Clock.Now()
-	seen := map[diskfit.Location]bool{}
+	seen, notFailed := map[diskfit.Location]bool{}, map[diskfit.Location]bool{}
 	dns, err := c.diskNodes.List(labels.Everything())
 	if err != nil {
 		logger.Error(err, "Listing DiskNodes")
@@ -359,10 +371,16 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 		}
 		for _, ds := range dn.Status.Disks {
 			loc := diskfit.Location{Node: dn.Name, Disk: ds.Name}
-			// A disk the node config does not name is an admin's change,
-			// not a failure: its data is intact, and a config rolled out
-			// to every node must not release every replica at once.
-			if ds.Healthy || ds.Reason == v1alpha1.DiskNotConfigured {
+			if ds.Healthy {
+				continue
+			}
+			// An unhealthy disk with a reason did not fail, and its data
+			// is intact: one the node config does not name (an admin's
+			// change; a config rolled out to every node must not release
+			// every replica at once), one mounted at another disk's path.
+			if !ds.Failed() {
+				notFailed[loc] = true
+				c.tellNotFailed(ctx, loc, &ds, claims[loc])
 				continue
 			}
 			seen[loc] = true
@@ -373,6 +391,11 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 				logger.Info("Disk failed", "node", dn.Name, "disk", ds.Name, "message", ds.Message, "claims", len(claims[loc]))
 			}
 			c.tellFailure(loc, f, claims[loc])
+		}
+	}
+	for loc := range c.notFailing {
+		if !notFailed[loc] {
+			delete(c.notFailing, loc)
 		}
 	}
 	for loc, f := range c.failing {
@@ -482,6 +505,29 @@ func (c *Controller) tellHeld(loc diskfit.Location, f *failure, claims []Claim, 
 	}
 }
 
+// tellNotFailed logs, once per reason, that an unhealthy disk whose
+// reason says it did not fail (v1alpha1.DiskStatus.Failed) has none of its
+// claims released, and tells each opted-in claim once, with the disk's
+// message, which says what to do.
+func (c *Controller) tellNotFailed(ctx context.Context, loc diskfit.Location, ds *v1alpha1.DiskStatus, claims []Claim) {
+	nf := c.notFailing[loc]
+	if nf == nil || nf.reason != ds.Reason {
+		nf = &notFailing{reason: ds.Reason, told: map[string]bool{}}
+		c.notFailing[loc] = nf
+		klog.FromContext(ctx).Info("Disk unhealthy but not failed; none of its claims is released", "node", loc.Node, "disk", loc.Disk,
+			"reason", ds.Reason, "message", ds.Message, "claims", len(claims))
+	}
+	note := fmt.Sprintf("Not released although disk %s on node %s, which holds this claim's volume, is unhealthy: %s is no failure of the disk, whose data is intact, and the claim stays however long it lasts (%s)",
+		loc.Disk, loc.Node, ds.Reason, ds.Message)
+	for _, cl := range optedIn(claims) {
+		if nf.told[string(cl.PVC.UID)] {
+			continue
+		}
+		nf.told[string(cl.PVC.UID)] = true
+		c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseHeld, "Release", "%s", note)
+	}
+}
+
 // optedIn returns the claims that asked to be released when their disk
 // is lost (diskfit.ReleasedOnDiskLoss).
 func optedIn(claims []Claim) []Claim {
@@ -556,7 +602,7 @@ func (c *Controller) confirmFailed(ctx context.Context, loc diskfit.Location) er
 	return failed(dn, loc.Disk)
 }
 
-// failed returns nil when dn's status reports disk unhealthy.
+// failed returns nil when dn's status reports disk failed.
 func failed(dn *v1alpha1.DiskNode, disk string) error {
 	d := dn.Status.Disk(disk)
 	switch {
@@ -564,6 +610,8 @@ func failed(dn *v1alpha1.DiskNode, disk string) error {
 		return fmt.Errorf("DiskNode %s no longer lists disk %s", dn.Name, disk)
 	case d.Healthy:
 		return fmt.Errorf("disk %s is healthy again", disk)
+	case !d.Failed():
+		return fmt.Errorf("disk %s is unhealthy but did not fail: %s", disk, d.Reason)
 	}
 	return nil
 }

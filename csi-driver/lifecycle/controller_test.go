@@ -162,7 +162,7 @@ func (e *env) setDiskNode(dn *v1alpha1.DiskNode) {
 
 func equalHealth(a, b *v1alpha1.DiskNode) bool {
 	for _, d := range b.Status.Disks {
-		if x := a.Status.Disk(d.Name); x == nil || x.Healthy != d.Healthy {
+		if x := a.Status.Disk(d.Name); x == nil || x.Healthy != d.Healthy || x.Reason != d.Reason {
 			return false
 		}
 	}
@@ -179,10 +179,19 @@ func (e *env) setHealthy(node, disk string, healthy bool) {
 	d := dn.Status.Disk(disk)
 	d.Healthy = healthy
 	d.Message = ""
+	d.Reason = ""
 	if !healthy {
 		d.Message = "reading volume directory: input/output error"
 	}
 	e.setDiskNode(dn)
+}
+
+// pvPolicy is pv's reclaim policy, or "deleted".
+func pvPolicy(pv *v1.PersistentVolume) string {
+	if pv == nil {
+		return "deleted"
+	}
+	return "reclaim policy " + string(pv.Spec.PersistentVolumeReclaimPolicy)
 }
 
 func diskNode(name string, disks ...string) *v1alpha1.DiskNode {
@@ -353,6 +362,107 @@ func TestDiskNotConfiguredReleasesNothing(t *testing.T) {
 	}
 	if pv := e.pv("pv-a"); pv == nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimDelete {
 		t.Errorf("PV of a disk the node config does not name changed: %+v", pv)
+	}
+}
+
+// TestDiskAtAnotherPathReleasesNothing: a node rebooted with two disks'
+// filesystems at each other's paths (mounted by device names, handed out
+// in another order). Its driver serves neither and reports both unhealthy,
+// AtAnotherPath. Their data is intact, only the mounts are mixed up: no
+// claim is released, however long it lasts (one node is within
+// --max-nodes-with-failed-disks, so that brake would not hold it), and
+// each opted-in claim is told once why, and what to do. Disk d0 reported
+// failed before and AtAnotherPath since does not count as failed either,
+// also where the cache still has the failure when the grace time is up:
+// the API server's word decides. Once the mounts are put right and a
+// disk then fails, its claims are released as usual.
+func TestDiskAtAnotherPathReleasesNothing(t *testing.T) {
+	objs := []runtime.Object{node("n1"), node("n2"), podUsing("web-0", "a", "n1"), podUsing("web-1", "b", "n1")}
+	objs = append(objs, claim("a", plainClass, "n1", "d0", releaseAnnotation)...)
+	objs = append(objs, claim("b", optInClass, "n1", "d1", nil)...)
+	objs = append(objs, claim("kept", plainClass, "n1", "d1", nil)...)
+	e := newEnv(t, objs, diskNode("n1", "d0", "d1"), diskNode("n2", "d0"))
+	e.c.Pass(e.ctx)
+	e.setHealthy("n1", "d0", false)
+	e.step(diskGrace / 2)
+	atAnotherPath := func(disk, holder string) {
+		t.Helper()
+		dn, err := e.df.DiskfitV1alpha1().DiskNodes().Get(e.ctx, "n1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*dn.Status.Disk(disk) = v1alpha1.DiskStatus{Name: disk, Backend: v1alpha1.BackendFile, Reason: v1alpha1.DiskAtAnotherPath,
+			Message: "its volumes are at /mnt/" + disk + ", disk " + holder + "'s path: are disks mounted at each other's paths?"}
+		e.setDiskNode(dn)
+	}
+	atAnotherPath("d0", "d1")
+	atAnotherPath("d1", "d0")
+	e.c.Pass(e.ctx)
+	for i := 0; i < 4; i++ {
+		e.step(diskGrace)
+	}
+	for _, name := range []string{"a", "b", "kept"} {
+		if !e.pvcExists(name) {
+			t.Errorf("claim %s of a disk mounted at another disk's path released", name)
+		}
+		if pv := e.pv("pv-" + name); pv == nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimDelete {
+			t.Errorf("PV of claim %s of a disk mounted at another disk's path: %v, want it kept with reclaim policy Delete", name, pvPolicy(pv))
+		}
+	}
+	for _, pod := range []string{"web-0", "web-1"} {
+		if !e.podExists(pod) {
+			t.Errorf("pod %s of a disk mounted at another disk's path deleted", pod)
+		}
+	}
+	for _, name := range []string{"a", "b"} {
+		var held []string
+		for _, ev := range e.rec.of(name) {
+			if strings.Contains(ev, ReasonReleaseHeld) {
+				held = append(held, ev)
+			}
+		}
+		if len(held) != 1 || !strings.Contains(held[0], string(v1alpha1.DiskAtAnotherPath)) || !strings.Contains(held[0], "each other's paths") {
+			t.Errorf("%s events of claim %s = %q, want one naming %s and the disk's message", ReasonReleaseHeld, name, held, v1alpha1.DiskAtAnotherPath)
+		}
+	}
+	if got := e.rec.of("kept"); slices.ContainsFunc(got, func(ev string) bool { return strings.Contains(ev, ReasonReleaseHeld) }) {
+		t.Errorf("events of a claim that did not opt in = %q, want no %s", got, ReasonReleaseHeld)
+	}
+
+	// The cache says d0 failed; the API server, asked before a release,
+	// says it is at another path.
+	e.setHealthy("n1", "d0", true)
+	e.step(time.Second)
+	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx)
+	apiSaysAtAnotherPath := true
+	e.df.PrependReactor("get", "disknodes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if !apiSaysAtAnotherPath || a.(clienttesting.GetActionImpl).Name != "n1" {
+			return false, nil, nil
+		}
+		dn := diskNode("n1", "d0", "d1")
+		dn.Status.ObservedTime = metav1.NewTime(e.clock.Now())
+		for _, ds := range []*v1alpha1.DiskStatus{dn.Status.Disk("d0"), dn.Status.Disk("d1")} {
+			*ds = v1alpha1.DiskStatus{Name: ds.Name, Backend: v1alpha1.BackendFile, Reason: v1alpha1.DiskAtAnotherPath}
+		}
+		return true, dn, nil
+	})
+	e.step(diskGrace)
+	if !e.pvcExists("a") {
+		t.Error("claim a released though the API server says its disk is at another disk's path")
+	}
+	apiSaysAtAnotherPath = false
+
+	// The mounts put right, d1 fails: its claims go as for any failure.
+	e.setHealthy("n1", "d0", true)
+	e.setHealthy("n1", "d1", false)
+	e.step(time.Second)
+	e.step(diskGrace)
+	if e.pvcExists("b") {
+		t.Error("claim b of a disk that failed once back at its path kept past the grace time")
+	}
+	if !e.pvcExists("a") || !e.pvcExists("kept") {
+		t.Error("claim a or kept released, want them kept")
 	}
 }
 

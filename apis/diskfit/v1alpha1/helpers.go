@@ -56,6 +56,14 @@ func (d *DiskStatus) Usable(deviceClass string) bool {
 	return d.Healthy && (deviceClass == "" || d.DeviceClass == deviceClass)
 }
 
+// Failed reports whether the disk counts as failed: it is unhealthy and
+// no Reason says that this is no failure of the disk (any Reason, also
+// one a newer driver sets). diskfit-controller releases claims only of
+// failed disks.
+func (d *DiskStatus) Failed() bool {
+	return !d.Healthy && d.Reason == ""
+}
+
 // DiskUnschedulable reports whether the spec takes the named disk out of
 // service for new volumes, and the admin's reason.
 func (s *DiskNodeSpec) DiskUnschedulable(name string) (bool, string) {

@@ -204,8 +204,10 @@ type DiskStatus struct {
 	// Reason says, for an unhealthy disk, why in one word when it is not
 	// a failure of the disk: NotConfigured is a disk this node's
 	// PersistentVolumes are on that the node config does not name (an
-	// admin's change; diskfit-controller releases no claim for it).
-	// Empty otherwise.
+	// admin's change); AtAnotherPath is a disk whose filesystem is
+	// mounted at another disk's path of this node (mounts mixed up, the
+	// data intact). diskfit-controller releases no claim of a disk with a
+	// reason. Empty otherwise.
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Reason DiskReason `json:"reason,omitempty"`
@@ -214,9 +216,16 @@ type DiskStatus struct {
 // DiskReason is why a disk is unhealthy, when it is not a failure.
 type DiskReason string
 
-// DiskNotConfigured is a disk this node's PersistentVolumes are on that
-// the node config, which discovers no disks, does not name.
-const DiskNotConfigured DiskReason = "NotConfigured"
+const (
+	// DiskNotConfigured is a disk this node's PersistentVolumes are on
+	// that the node config, which discovers no disks, does not name.
+	DiskNotConfigured DiskReason = "NotConfigured"
+	// DiskAtAnotherPath is a disk whose state directory the driver found
+	// at another disk's path of this node: its filesystem is mounted
+	// there (say by device names a boot handed out in another order), so
+	// its data is intact though the disk cannot be served at its own path.
+	DiskAtAnotherPath DiskReason = "AtAnotherPath"
+)
 
 // MaxWithoutPV is how many volumes without a PV a DiskStatus lists.
 const MaxWithoutPV = 32
