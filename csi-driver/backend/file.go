@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -116,7 +117,60 @@ func (f *File) Start(ctx context.Context) (err error) {
 	if err := f.recover(ctx, f.volumes); err != nil {
 		return err
 	}
-	return f.recover(ctx, f.snapshots)
+	if err := f.recover(ctx, f.snapshots); err != nil {
+		return err
+	}
+	return f.checkSpaceKept(ctx)
+}
+
+// probeKey is the key of the probe file checkSpaceKept makes in the volume
+// directory; no volume key starts with a dot.
+const probeKey = ".space-probe"
+
+// keepsSpace is loop.KeepsSpace; tests replace it (setKeepsSpace).
+var keepsSpace = loop.KeepsSpace
+
+// spaceVerdicts holds keepsSpace's verdicts by filesystem type: they
+// depend on the kernel and the filesystem, not on the disk, and a check
+// attaches a loop device.
+var spaceVerdicts = struct {
+	sync.Mutex
+	byType map[int64]error
+}{byType: map[int64]error{}}
+
+func forgetSpaceVerdicts() {
+	spaceVerdicts.Lock()
+	defer spaceVerdicts.Unlock()
+	clear(spaceVerdicts.byType)
+}
+
+// checkSpaceKept refuses the disk when its volumes' loop devices would
+// free their backing files' blocks on discard (loop.KeepsSpace): a
+// volume's space is allocated when it is made, and such a kernel (before
+// Linux 5.19) would give it back to the disk at the volume's first mkfs
+// or fstrim, for another volume to take, so that the first one's writes
+// fail once the disk is full.
+func (f *File) checkSpaceKept(ctx context.Context) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(f.volumes, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", f.volumes, err)
+	}
+	spaceVerdicts.Lock()
+	defer spaceVerdicts.Unlock()
+	err, known := spaceVerdicts.byType[st.Type]
+	if !known {
+		err = keepsSpace(ctx, f.loopFile(probeKey))
+		if err != nil && !errors.Is(err, loop.ErrFreesSpace) {
+			// The check could not tell (no loop device free, say):
+			// the next start checks again.
+			return fmt.Errorf("checking that volumes keep their space: %w", err)
+		}
+		spaceVerdicts.byType[st.Type] = err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: file disks need Linux 5.19 or later, where a volume's space stays allocated; on this kernel use the lvm backend (thick logical volumes)", err)
+	}
+	return nil
 }
 
 // lockDisk takes the disk (serveLock) until Close. The lock is on the

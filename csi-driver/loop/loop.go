@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -345,4 +346,88 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
+}
+
+// ErrFreesSpace is KeepsSpace's verdict that a loop device frees its
+// backing file's blocks on discard or zeroing.
+var ErrFreesSpace = errors.New("a loop device frees its backing file's blocks when discarded or zeroed, although its discard limit is 0")
+
+// probeSize is the size of KeepsSpace's probe file.
+const probeSize = 1 << 20
+
+// KeepsSpace checks that a device Attach makes keeps its backing file's
+// blocks allocated when it is discarded (mkfs, fstrim, blkdiscard) and
+// zeroed with unmapping allowed (ext4's zeroing): a volume's space is
+// allocated when it is made, and a hole punched in it would let the disk
+// hand that space to another volume, so that the first one's writes fail
+// once the disk is full. Since Linux 5.19 the loop driver refuses both
+// while the device's discard limit is 0, as Attach sets it; before, the
+// limit does not stop them. It makes a probe file of probeSize at
+// file.Path (on the filesystem it checks; removed again), attaches it
+// with attach, discards and zeroes the whole device, and returns
+// ErrFreesSpace if the file lost blocks.
+func KeepsSpace(ctx context.Context, file File) error {
+	return KeepsSpaceAttached(ctx, file, func(f File) (string, error) { return Attach(ctx, f, false) })
+}
+
+// KeepsSpaceAttached is KeepsSpace with devices attach makes (a test's,
+// attached as a kernel before 5.19 would leave them).
+func KeepsSpaceAttached(ctx context.Context, file File, attach func(File) (string, error)) (err error) {
+	if err := Detach(ctx, file); err != nil {
+		return err
+	}
+	if err := os.Remove(file.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	f, err := os.OpenFile(file.Path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("making the probe file: %w", err)
+	}
+	err = unix.Fallocate(int(f.Fd()), 0, 0, probeSize)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	defer func() {
+		if rerr := os.Remove(file.Path); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	if err != nil {
+		return fmt.Errorf("allocating the probe file: %w", err)
+	}
+	dev, err := attach(file)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if derr := Detach(ctx, file); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	fd, err := unix.Open(dev, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", dev, err)
+	}
+	defer unix.Close(fd)
+	whole := [2]uint64{0, probeSize}
+	// Each is refused (EOPNOTSUPP) where the limit holds, and zeroing
+	// then writes zeroes into the allocated blocks; the file is looked
+	// at after each, as that write would fill a hole the discard made.
+	for _, op := range []struct {
+		name string
+		req  uintptr
+	}{{"discarded", unix.BLKDISCARD}, {"zeroed", unix.BLKZEROOUT}} {
+		_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), op.req, uintptr(unsafe.Pointer(&whole)))
+		var st unix.Stat_t
+		if err := unix.Stat(file.Path, &st); err != nil {
+			return err
+		}
+		if allocated := st.Blocks * 512; allocated < probeSize {
+			var uts unix.Utsname
+			_ = unix.Uname(&uts)
+			return fmt.Errorf("%w (kernel %s: %s, %s kept %d of its %d bytes)", ErrFreesSpace,
+				unix.ByteSliceToString(uts.Release[:]), op.name, file.Path, allocated, probeSize)
+		}
+	}
+	return nil
 }
