@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -119,10 +120,12 @@ func run(ctx context.Context, o options) error {
 		Events:            events,
 		NoDisksReason:     noDisks,
 	}
-	// The PV informer stops (Shutdown waits for it) when run returns,
-	// whyever it does.
+	// The PV and VolumeSnapshotContent informers stop (Shutdown and Wait
+	// wait for them) when run returns, whyever it does.
 	factory := informers.NewSharedInformerFactory(kc, 0)
 	defer factory.Shutdown()
+	var contents sync.WaitGroup
+	defer contents.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	dyn, err := dynamic.NewForConfig(restCfg)
@@ -141,7 +144,11 @@ func run(ctx context.Context, o options) error {
 	if err := orphans.OnVolumeHandle(func(handle string) { d.VolumeReferenced(ctx, handle) }); err != nil {
 		return err
 	}
+	if err := orphans.OnSnapshotHandle(func(handle string) { d.SnapshotReferenced(ctx, handle) }); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
+	contents.Go(func() { orphans.RunContentInformer(ctx) })
 	return d.Run(ctx)
 }
 

@@ -356,21 +356,40 @@ func TestLVMCloneOfASourceInUse(t *testing.T) {
 // and fails the test unless the clone is made.
 func cloneHeldAtItsCopy(ctx context.Context, t *testing.T, d *Driver, vg *fakelvm.VG, src string, size int64) (finish func()) {
 	t.Helper()
+	return createHeldAtItsCopy(ctx, t, d, vg, cloneReq("pvc-clone", size, src))
+}
+
+// createHeldAtItsCopy sends req, a copy, and returns once its copy (dd) is
+// held; finish lets the copy go on and fails the test unless the volume
+// is made.
+func createHeldAtItsCopy(ctx context.Context, t *testing.T, d *Driver, vg *fakelvm.VG, req *csi.CreateVolumeRequest) (finish func()) {
+	t.Helper()
 	paused, resume := vg.Hold("dd")
 	t.Cleanup(resume)
-	cloned := make(chan error, 1)
+	created := make(chan error, 1)
 	go func() {
-		_, err := d.CreateVolume(ctx, cloneReq("pvc-clone", size, src))
-		cloned <- err
+		_, err := d.CreateVolume(ctx, req)
+		created <- err
 	}()
 	<-paused
 	return func() {
 		t.Helper()
 		resume()
-		if err := <-cloned; err != nil {
-			t.Fatalf("the clone: %v", err)
+		if err := <-created; err != nil {
+			t.Fatalf("%s: %v", req.Name, err)
 		}
 	}
+}
+
+// restoreHeldAtItsCopy starts a restore pvc-restore of the snapshot snap
+// and returns once its copy (dd) is held, the snapshot's lock taken;
+// finish lets the copy go on and fails the test unless the volume is made.
+func restoreHeldAtItsCopy(ctx context.Context, t *testing.T, d *Driver, vg *fakelvm.VG, snap string, size int64) (finish func()) {
+	t.Helper()
+	req := blockReq("pvc-restore", size)
+	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap}}}
+	return createHeldAtItsCopy(ctx, t, d, vg, req)
 }
 
 // The PV informer tells the driver of every PV event (VolumeReferenced).
@@ -383,18 +402,49 @@ func TestLVMPVEventsDoNotWaitForAClone(t *testing.T) {
 	ctx, d, vg, src, _ := startWithSource(t, size, "source ")
 	d.VolumeReferenced(ctx, src) // its PV, as the informer saw it long before
 	finish := cloneHeldAtItsCopy(ctx, t, d, vg, src, size)
-	told := make(chan struct{})
-	go func() {
+	told := returnsAtOnce(t, "an event of the source's PV waited for the clone's copy", func() {
 		d.VolumeReferenced(ctx, src) // an update of the source's PV
-		close(told)
+	})
+	finish()
+	told()
+}
+
+// returnsAtOnce runs call and fails the test with msg unless it returns
+// within a second; wait waits for it to return.
+func returnsAtOnce(t *testing.T, msg string, call func()) (wait func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		call()
+		close(done)
 	}()
 	select {
-	case <-told:
+	case <-done:
 	case <-time.After(time.Second):
-		t.Error("an event of the source's PV waited for the clone's copy")
+		t.Error(msg)
 	}
+	return func() { <-done }
+}
+
+// The VolumeSnapshotContent informer tells the driver of every content
+// event (SnapshotReferenced). An event for a restore's source snapshot,
+// whose content was recorded long before, must not wait for the copy to
+// end, which holds the snapshot's lock.
+func TestLVMContentEventsDoNotWaitForARestore(t *testing.T) {
+	const size = 16 * mi
+	ctx, d, vg, src, _ := startWithSource(t, size, "source ")
+	snap, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := snap.Snapshot.SnapshotId
+	d.SnapshotReferenced(ctx, id) // its content, as the informer saw it long before
+	finish := restoreHeldAtItsCopy(ctx, t, d, vg, id, size)
+	told := returnsAtOnce(t, "an event of the snapshot's content waited for the restore's copy", func() {
+		d.SnapshotReferenced(ctx, id) // an update of the snapshot's content
+	})
 	finish()
-	<-told
+	told()
 }
 
 // TestLVMSourceIsNotStagedMidClone: a clone's source is checked not to be
@@ -548,17 +598,7 @@ func TestLVMSnapshotIsNotDeletedMidRestore(t *testing.T) {
 	if err := vg.WriteLV("v-pvc-src", 0, bytes.Repeat([]byte{0xee}, int(size))); err != nil {
 		t.Fatal(err)
 	}
-	paused, resume := vg.Hold("dd")
-	t.Cleanup(resume)
-	restored := make(chan error, 1)
-	go func() {
-		req := blockReq("pvc-restore", size)
-		req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
-		_, err := d.CreateVolume(ctx, req)
-		restored <- err
-	}()
-	<-paused
+	finish := restoreHeldAtItsCopy(ctx, t, d, vg, snap.Snapshot.SnapshotId, size)
 	deleted := make(chan error, 1)
 	go func() {
 		_, err := d.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.Snapshot.SnapshotId})
@@ -570,10 +610,7 @@ func TestLVMSnapshotIsNotDeletedMidRestore(t *testing.T) {
 		deleted <- err
 	case <-time.After(time.Second):
 	}
-	resume()
-	if err := <-restored; err != nil {
-		t.Fatalf("the restore: %v", err)
-	}
+	finish()
 	if got, err := vg.ReadLV("v-pvc-restore"); err != nil || !bytes.Equal(got[:size], then) {
 		t.Errorf("the restored volume does not hold what the snapshot held (%v)", err)
 	}

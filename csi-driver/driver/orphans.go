@@ -43,9 +43,11 @@ type OrphanFinder interface {
 //
 // A volume is known to have had a PV when the sweep, the PV informer
 // (VolumeReferenced) or NodeStageVolume (the kubelet stages only volumes
-// of PVs) saw one. A volume never seen with one is removed once it has
-// been without one for the grace period, counted from the first sweep that
-// found it without one, and after the API server confirmed it.
+// of PVs) saw one; a snapshot to have had a VolumeSnapshotContent when the
+// sweep or the VolumeSnapshotContent informer (SnapshotReferenced) saw
+// one. One never seen with one is removed once it has been without one for
+// the grace period, counted from the first sweep that found it without
+// one, and after the API server confirmed it.
 
 // orphanSweepInterval is how often the sweep runs: twice per grace period,
 // so a never-referenced volume goes between one and one and a half grace
@@ -189,7 +191,7 @@ func (d *Driver) sweep(ctx context.Context, kind refKind, items []swept) {
 	for i, it := range items {
 		switch {
 		case !without.Has(ids[i]) && it.refs.Equal(backend.Refs{}):
-			// Referenced, as recorded: no lock taken (see VolumeReferenced).
+			// Referenced, as recorded: no lock taken (see referenced).
 		case !without.Has(ids[i]):
 			d.updateRefs(ctx, kind, it, func(backend.Refs) backend.Refs { return backend.Refs{} })
 		case it.refs.UnreferencedSince.IsZero():
@@ -258,29 +260,40 @@ func (d *Driver) changeRefs(ctx context.Context, kind refKind, dk *disk, key str
 // sees that is not on another node, so a PV that existed for a moment
 // between two sweeps still counts.
 func (d *Driver) VolumeReferenced(ctx context.Context, id string) {
+	d.referenced(ctx, d.volumeRefs(), id)
+}
+
+// SnapshotReferenced records that a VolumeSnapshotContent refers to the
+// snapshot id, if it is one of this node's: from then on the driver never
+// removes it on its own. The VolumeSnapshotContent informer calls it for
+// every snapshot handle of this driver it sees, so a content deleted
+// before the next sweep (deletionPolicy Retain, the snapshot to be
+// imported again) still counts.
+func (d *Driver) SnapshotReferenced(ctx context.Context, id string) {
+	d.referenced(ctx, d.snapshotRefs(), id)
+}
+
+// referenced clears the Refs of the volume or snapshot id for good.
+func (d *Driver) referenced(ctx context.Context, kind refKind, id string) {
 	if !d.ready.Load() {
 		return
 	}
-	dk, key, err := d.volumeOf(id)
+	diskName, key, err := parseID(kind.name, id)
 	if err != nil {
 		return
 	}
-	kind := d.volumeRefs()
-	// Most events are of PVs already recorded: those take no lock, which
-	// a clone holds on its source for its whole copy, and the informer's
-	// handler would hold up every other PV's event behind it.
+	dk, err := d.availableDisk(diskName, kind.name, id)
+	if err != nil {
+		return
+	}
+	// Most events are of objects already recorded: those take no lock,
+	// which a clone holds on its source volume and a restore on its
+	// source snapshot for the whole copy, and the informer's handler
+	// would hold up every other object's event behind it.
 	if _, refs, err := kind.get(ctx, dk, key); err == nil && refs.Equal(backend.Refs{}) {
 		return
 	}
-	unlock, err := d.locks.lock(ctx, kind.lock+key)
-	if err != nil {
-		return
-	}
-	defer unlock()
-	err = d.changeRefs(ctx, kind, dk, key, func(backend.Refs) backend.Refs { return backend.Refs{} })
-	if err != nil && !errors.Is(err, backend.ErrNotFound) {
-		klog.FromContext(ctx).Error(err, "Recording the PV of a volume", "volume", id)
-	}
+	d.updateRefs(ctx, kind, swept{dk: dk, key: key}, func(backend.Refs) backend.Refs { return backend.Refs{} })
 }
 
 // removeOrphans asks the API server to confirm that nothing refers to the

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,8 +35,27 @@ const orphanGrace = 10 * time.Minute
 type orphanEnv struct {
 	*env
 	dynamic *dynamicfake.FakeDynamicClient
-	// stopPVs stops the PV informer; its cache then lags the API.
+	// stopPVs stops the PV and VolumeSnapshotContent informers; the PV
+	// cache then lags the API.
 	stopPVs context.CancelFunc
+	// mu guards e.d, which the informers' handlers read, against
+	// runDriver replacing it.
+	mu sync.Mutex
+}
+
+// driver returns the driver the informers tell of PVs and contents.
+func (e *orphanEnv) driver() *Driver {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.d
+}
+
+// runDriver is runDriver for e.
+func (e *orphanEnv) runDriver(t *testing.T, cfg Config) context.Context {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return runDriver(t, e.env, e.ctx, cfg)
 }
 
 func newOrphanEnv(t *testing.T, startInformer bool, snapshotContents ...*unstructured.Unstructured) *orphanEnv {
@@ -47,42 +67,73 @@ func newOrphanEnv(t *testing.T, startInformer bool, snapshotContents ...*unstruc
 	}
 	e.dynamic = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 		map[schema.GroupVersionResource]string{kube.VolumeSnapshotContents: "VolumeSnapshotContentList"}, objs...)
+	// The snapshot CRDs are installed.
+	e.kube.Resources = []*metav1.APIResourceList{{GroupVersion: kube.VolumeSnapshotContents.GroupVersion().String(),
+		APIResources: []metav1.APIResource{{Name: kube.VolumeSnapshotContents.Resource, Kind: "VolumeSnapshotContent"}}}}
 	factory := informers.NewSharedInformerFactory(e.kube, 0)
 	finder, err := kube.NewOrphanFinder(e.kube, e.dynamic, factory, testNode)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As diskfit-csi wires it: every PV and every VolumeSnapshotContent
+	// the informers see counts.
+	if err := finder.OnVolumeHandle(func(handle string) { e.driver().VolumeReferenced(e.ctx, handle) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := finder.OnSnapshotHandle(func(handle string) { e.driver().SnapshotReferenced(e.ctx, handle) }); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	e.stopPVs = cancel
+	var contents sync.WaitGroup
 	t.Cleanup(func() {
 		cancel()
 		factory.Shutdown()
+		contents.Wait()
 	})
 	if startInformer {
 		factory.Start(ctx.Done())
 		factory.WaitForCacheSync(ctx.Done())
-	}
-	// As diskfit-csi wires it: every PV the informer sees counts.
-	if err := finder.OnVolumeHandle(func(handle string) { e.d.VolumeReferenced(e.ctx, handle) }); err != nil {
-		t.Fatal(err)
+		contents.Go(func() { finder.RunContentInformer(ctx) })
+		// The fake client sends a watch only what is made after it.
+		if err := waitFor(ctx, func() (bool, error) { return watching(e.dynamic, kube.VolumeSnapshotContents.Resource), nil }); err != nil {
+			t.Fatal("the VolumeSnapshotContent informer never watched")
+		}
 	}
 	e.d.cfg.Orphans = finder
 	e.d.cfg.OrphanGracePeriod = orphanGrace
 	return e
 }
 
+// watching tells whether c was asked to watch resource.
+func watching(c *dynamicfake.FakeDynamicClient, resource string) bool {
+	for _, a := range c.Actions() {
+		if a.GetVerb() == "watch" && a.GetResource().Resource == resource {
+			return true
+		}
+	}
+	return false
+}
+
 // refs returns the Refs the record of a volume on the only disk holds.
 func (e *orphanEnv) refs(t *testing.T, id string) backend.Refs {
 	t.Helper()
-	_, key, err := parseID("volume", id)
+	return e.refsOf(t, e.d.volumeRefs(), id)
+}
+
+// refsOf returns the Refs the record of a volume or snapshot on the only
+// disk holds.
+func (e *orphanEnv) refsOf(t *testing.T, kind refKind, id string) backend.Refs {
+	t.Helper()
+	_, key, err := parseID(kind.name, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol, err := e.d.disk("only").backend.GetVolume(e.ctx, key)
+	_, refs, err := kind.get(e.ctx, e.d.disk("only"), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return vol.Refs
+	return refs
 }
 
 // addPV adds a PV naming handle without node affinity, as one made by hand
@@ -289,6 +340,59 @@ func TestOrphanSweep(t *testing.T) {
 	}
 }
 
+// TestOrphanSweepKeepsSnapshotWhoseContentWasRetained: a VolumeSnapshot of
+// a class with deletionPolicy Retain gets its VolumeSnapshotContent, the
+// snapshotter records the snapshot's handle in it, and before the next
+// sweep an admin deletes the VolumeSnapshot and the content, to import the
+// snapshot again later as a pre-provisioned content. No sweep ever saw
+// the content, but the driver was told of it: the snapshot, a backup, is
+// kept however long it is without a content. A snapshot that never had
+// one goes after the grace period.
+func TestOrphanSweepKeepsSnapshotWhoseContentWasRetained(t *testing.T) {
+	e := newOrphanEnv(t, true)
+	vol := e.mustCreate(t, createReq("pvc-src", 300*mi)).VolumeId
+	e.addPV(t, "pv-src", diskfit.DriverName, vol)
+	e.snapshot(t, "snap-retained", vol)
+	e.snapshot(t, "snap-never", vol)
+	const retained = "only:snap-retained"
+
+	first := time.Now()
+	e.d.now = func() time.Time { return first }
+	e.d.sweepOrphans(e.ctx)
+
+	// snapshot-controller makes the content; the snapshotter, once
+	// CreateSnapshot answered, records the handle in its status.
+	contents := e.dynamic.Resource(kube.VolumeSnapshotContents)
+	content := snapshotContent("content-retained", retained, false)
+	_ = unstructured.SetNestedField(content.Object, "Retain", "spec", "deletionPolicy")
+	withoutHandle := content.DeepCopy()
+	unstructured.RemoveNestedField(withoutHandle.Object, "status")
+	if _, err := contents.Create(e.ctx, withoutHandle, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := contents.Update(e.ctx, content, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(e.ctx, func() (bool, error) { return !e.refsOf(t, e.d.snapshotRefs(), retained).NeverReferenced, nil }); err != nil {
+		t.Errorf("the driver never recorded the VolumeSnapshotContent of %s", retained)
+	}
+	if err := contents.Delete(e.ctx, "content-retained", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	e.d.now = func() time.Time { return first.Add(orphanGrace + time.Second) }
+	e.d.sweepOrphans(e.ctx)
+	e.d.now = func() time.Time { return first.Add(100 * orphanGrace) }
+	e.d.sweepOrphans(e.ctx)
+	e.d.sweepOrphans(e.ctx)
+	if got, want := e.remaining(t), []string{vol, "snapshot " + retained}; !slices.Equal(got, want) {
+		t.Errorf("after the sweeps:\n got  %v\n want %v", got, want)
+	}
+	if got, want := e.removed(t), map[string]float64{orphanVolume: 0, orphanSnapshot: 1}; !maps.Equal(got, want) {
+		t.Errorf("diskfit_orphans_removed_total %v, want %v", got, want)
+	}
+}
+
 // TestOrphanSweepIgnoresPVsOfOtherNodes: volume IDs do not name the node
 // and disk names repeat across nodes, so a PV of another node can carry the
 // handle of a volume of this one. That happens when CreateVolume succeeded
@@ -404,7 +508,7 @@ func TestOrphanSweepRuns(t *testing.T) {
 	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	cfg.MetricsAddress = freePort(t)
 	cfg.OrphanGracePeriod = time.Millisecond
-	ctx := runDriver(t, e.env, e.ctx, cfg)
+	ctx := e.runDriver(t, cfg)
 	conn := dial(t, cfg.Endpoint)
 	for _, name := range []string{"pvc-bound", "pvc-orphan"} {
 		if err := invoke(ctx, conn, createReq(name, 300*mi)); err != nil {

@@ -4,18 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/pager"
+	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 )
@@ -37,27 +43,35 @@ const volumeHandleIndex = "diskfit.io/volume-handle"
 // cache (a broken watch, a PV made a moment ago) must never cost a volume.
 // VolumeSnapshotContents are listed from the API server when there is a
 // snapshot to ask about; they are a CRD that may not be installed, and
-// there are few of them.
+// there are few of them. They are watched too, once the API serves them,
+// so that a content deleted between two sweeps still counts
+// (OnSnapshotHandle).
 type OrphanFinder struct {
 	client  kubernetes.Interface
 	dynamic dynamic.Interface
 	pvs     cache.SharedIndexInformer
+	// contents is nil without a dynamic client.
+	contents cache.SharedIndexInformer
 	// node is the node whose volumes the finder is asked about.
 	node string
+	// servedPoll is how often RunContentInformer asks whether the API
+	// serves VolumeSnapshotContents, until it does.
+	servedPoll time.Duration
 }
 
 // NewOrphanFinder registers a PV informer with factory, which the caller
-// starts, for the volumes of node. dyn may be nil: snapshots are then
+// starts, for the volumes of node, and makes the VolumeSnapshotContent
+// informer RunContentInformer runs. dyn may be nil: snapshots are then
 // never reported as orphans.
 func NewOrphanFinder(client kubernetes.Interface, dyn dynamic.Interface, factory informers.SharedInformerFactory, node string) (*OrphanFinder, error) {
-	f := &OrphanFinder{client: client, dynamic: dyn, node: node, pvs: factory.Core().V1().PersistentVolumes().Informer()}
+	f := &OrphanFinder{client: client, dynamic: dyn, node: node, pvs: factory.Core().V1().PersistentVolumes().Informer(), servedPoll: time.Minute}
 	if err := f.pvs.AddIndexers(cache.Indexers{volumeHandleIndex: func(obj any) ([]string, error) {
-		if handle, ok := f.volumeHandle(obj.(*corev1.PersistentVolume)); ok {
-			return []string{handle}, nil
-		}
-		return nil, nil
+		return f.volumeHandles(obj), nil
 	}}); err != nil {
 		return nil, fmt.Errorf("indexing PVs by volume handle: %w", err)
+	}
+	if dyn != nil {
+		f.contents = dynamicinformer.NewFilteredDynamicInformer(dyn, VolumeSnapshotContents, "", 0, cache.Indexers{}, nil).Informer()
 	}
 	return f, nil
 }
@@ -76,25 +90,120 @@ func (f *OrphanFinder) volumeHandle(pv *corev1.PersistentVolume) (string, bool) 
 	return pv.Spec.CSI.VolumeHandle, true
 }
 
+// volumeHandles is volumeHandle of a PV, for the informer's index and
+// handler.
+func (f *OrphanFinder) volumeHandles(obj any) []string {
+	if pv, ok := obj.(*corev1.PersistentVolume); ok {
+		if handle, ok := f.volumeHandle(pv); ok {
+			return []string{handle}
+		}
+	}
+	return nil
+}
+
+// snapshotHandles returns the snapshot handles a VolumeSnapshotContent of
+// this driver names: in its status (a snapshot this driver made) or in its
+// spec (a pre-provisioned one).
+func snapshotHandles(obj any) []string {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	if driver, _, _ := unstructured.NestedString(u.Object, "spec", "driver"); driver != diskfit.DriverName {
+		return nil
+	}
+	var handles []string
+	for _, path := range [][]string{{"status", "snapshotHandle"}, {"spec", "source", "snapshotHandle"}} {
+		if handle, ok, _ := unstructured.NestedString(u.Object, path...); ok && handle != "" {
+			handles = append(handles, handle)
+		}
+	}
+	return handles
+}
+
 // OnVolumeHandle calls fn with the volume handle of every PV that may
 // refer to a volume of this node (see volumeHandle) the informer sees
 // added or updated.
 func (f *OrphanFinder) OnVolumeHandle(fn func(handle string)) error {
-	each := func(obj any) {
-		if pv, ok := obj.(*corev1.PersistentVolume); ok {
-			if handle, ok := f.volumeHandle(pv); ok {
-				fn(handle)
-			}
-		}
-	}
-	_, err := f.pvs.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    each,
-		UpdateFunc: func(_, obj any) { each(obj) },
-	})
-	if err != nil {
+	if err := onHandles(f.pvs, f.volumeHandles, fn); err != nil {
 		return fmt.Errorf("watching PVs: %w", err)
 	}
 	return nil
+}
+
+// OnSnapshotHandle calls fn with the snapshot handles of every
+// VolumeSnapshotContent of this driver the informer RunContentInformer
+// runs sees added or updated. Without a dynamic client it does nothing.
+func (f *OrphanFinder) OnSnapshotHandle(fn func(handle string)) error {
+	if f.contents == nil {
+		return nil
+	}
+	if err := onHandles(f.contents, snapshotHandles, fn); err != nil {
+		return fmt.Errorf("watching VolumeSnapshotContents: %w", err)
+	}
+	return nil
+}
+
+// onHandles calls fn with each handle handles finds in an object inf sees
+// added or updated.
+func onHandles(inf cache.SharedIndexInformer, handles func(obj any) []string, fn func(handle string)) error {
+	each := func(obj any) {
+		for _, handle := range handles(obj) {
+			fn(handle)
+		}
+	}
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    each,
+		UpdateFunc: func(_, obj any) { each(obj) },
+	})
+	return err
+}
+
+// RunContentInformer runs the VolumeSnapshotContent informer until ctx
+// ends. The CRD is external-snapshotter's and may not be installed, or be
+// installed later: until the API serves VolumeSnapshotContents, it asks
+// every servedPoll, rather than have the informer fail and log every few
+// seconds. Without a dynamic client it returns at once.
+func (f *OrphanFinder) RunContentInformer(ctx context.Context) {
+	if f.contents == nil {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	toldMissing := false
+	err := wait.PollUntilContextCancel(ctx, f.servedPoll, true, func(ctx context.Context) (bool, error) {
+		served, err := f.servesContents(ctx)
+		switch {
+		case err != nil:
+			logger.Error(err, "Asking whether the API serves VolumeSnapshotContents")
+		case !served && !toldMissing:
+			logger.Info("The API serves no VolumeSnapshotContents; snapshots are watched once it does", "groupVersion", VolumeSnapshotContents.GroupVersion())
+			toldMissing = true
+		}
+		return served, nil
+	})
+	if err != nil {
+		return
+	}
+	logger.V(2).Info("Watching VolumeSnapshotContents")
+	f.contents.RunWithContext(ctx)
+}
+
+// servesContents tells whether the API serves VolumeSnapshotContents.
+func (f *OrphanFinder) servesContents(ctx context.Context) (bool, error) {
+	list, err := discovery.ToServerResourcesInterfaceWithContext(f.client.Discovery()).
+		ServerResourcesForGroupVersionWithContext(ctx, VolumeSnapshotContents.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == VolumeSnapshotContents.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // VolumesWithoutPV implements driver.OrphanFinder.
@@ -119,9 +228,7 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return f.client.CoreV1().PersistentVolumes().List(ctx, opts)
 	}, func(obj runtime.Object) {
-		if handle, ok := f.volumeHandle(obj.(*corev1.PersistentVolume)); ok {
-			handles.Insert(handle)
-		}
+		handles.Insert(f.volumeHandles(obj)...)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing PVs: %w", err)
@@ -129,9 +236,8 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 	return without(uncached, handles), nil
 }
 
-// SnapshotsWithoutContent implements driver.OrphanFinder. A handle counts
-// whether it is in the content's status (a snapshot this driver made) or
-// in its spec (a pre-provisioned one).
+// SnapshotsWithoutContent implements driver.OrphanFinder (see
+// snapshotHandles).
 func (f *OrphanFinder) SnapshotsWithoutContent(ctx context.Context, ids []string) ([]string, error) {
 	if f.dynamic == nil {
 		return nil, errors.New("no client for VolumeSnapshotContents")
@@ -140,15 +246,7 @@ func (f *OrphanFinder) SnapshotsWithoutContent(ctx context.Context, ids []string
 	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return f.dynamic.Resource(VolumeSnapshotContents).List(ctx, opts)
 	}, func(obj runtime.Object) {
-		u := obj.(*unstructured.Unstructured)
-		if driver, _, _ := unstructured.NestedString(u.Object, "spec", "driver"); driver != diskfit.DriverName {
-			return
-		}
-		for _, path := range [][]string{{"status", "snapshotHandle"}, {"spec", "source", "snapshotHandle"}} {
-			if handle, ok, _ := unstructured.NestedString(u.Object, path...); ok && handle != "" {
-				handles.Insert(handle)
-			}
-		}
+		handles.Insert(snapshotHandles(obj)...)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing VolumeSnapshotContents: %w", err)
