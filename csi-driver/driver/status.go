@@ -13,6 +13,7 @@ import (
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
+	"github.com/diskfit/diskfit/csi-driver/loop"
 )
 
 // maxMessageLength is the DiskNode schema's limit on a disk's message.
@@ -36,6 +37,10 @@ func (d *Driver) diskStatus(ctx context.Context, dk *disk) v1alpha1.DiskStatus {
 		return unhealthy(st, timedOut(ctx, err, observingWhat, dk.timeout))
 	}
 	if err := dk.checkHealth(ctx); err != nil {
+		if errors.Is(err, loop.ErrFreesSpace) {
+			// Refused on this kernel, its data intact: no failure.
+			st.Reason = v1alpha1.DiskUnsupported
+		}
 		return fail(err)
 	}
 	u, err := dk.backend.Usage(ctx)

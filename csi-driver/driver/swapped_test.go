@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/loop"
 )
 
 // TestSwappedDisksAreNotServedUnderEachOthersNames: a volume ID names its
@@ -179,5 +181,25 @@ func TestDisksAtEachOthersPathsArePublishedAtAnotherPath(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDiskRefusedOnThisKernelIsUnsupported: a file disk that does not
+// start because this kernel's loop devices would give its volumes' space
+// back (loop.ErrFreesSpace, before Linux 5.19; see
+// TestDiskWhoseLoopDevicesFreeSpaceIsRefused in csi-driver/backend) is
+// refused with its data intact, as every file disk of such a node is
+// after an upgrade. It is published unhealthy with reason Unsupported, so
+// diskfit-controller releases none of its claims (it would reset the
+// replicas on every such node at once), and the message says why.
+func TestDiskRefusedOnThisKernelIsUnsupported(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "a", fsType: "xfs", size: 1 * gi}}, nil)
+	dk := e.d.disk("a")
+	dk.mu.Lock()
+	dk.startErr = fmt.Errorf("starting disk: %w", fmt.Errorf("%w (kernel 5.15.0): file disks need Linux 5.19 or later", loop.ErrFreesSpace))
+	dk.mu.Unlock()
+	ds := e.d.observe(e.ctx, false).Disk("a")
+	if ds == nil || ds.Healthy || ds.Reason != v1alpha1.DiskUnsupported || !strings.Contains(ds.Message, "5.19") || ds.Failed() {
+		t.Errorf("disk refused on this kernel: %+v, want unhealthy, reason Unsupported, not failed, saying why", ds)
 	}
 }

@@ -206,7 +206,9 @@ type DiskStatus struct {
 	// PersistentVolumes are on that the node config does not name (an
 	// admin's change); AtAnotherPath is a disk whose filesystem is
 	// mounted at another disk's path of this node (mounts mixed up, the
-	// data intact). diskfit-controller releases no claim of a disk with a
+	// data intact); Unsupported is a disk the node cannot serve safely
+	// (its kernel would give volumes' space back to the disk), its data
+	// intact. diskfit-controller releases no claim of a disk with a
 	// reason. Empty otherwise.
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
@@ -225,6 +227,11 @@ const (
 	// there (say by device names a boot handed out in another order), so
 	// its data is intact though the disk cannot be served at its own path.
 	DiskAtAnotherPath DiskReason = "AtAnotherPath"
+	// DiskUnsupported is a disk the driver refuses to serve on this node
+	// although nothing is wrong with it or its data: a file disk on a
+	// kernel whose loop devices give a volume's space back to the disk on
+	// discard (before Linux 5.19).
+	DiskUnsupported DiskReason = "Unsupported"
 )
 
 // MaxWithoutPV is how many volumes without a PV a DiskStatus lists.
