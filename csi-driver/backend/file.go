@@ -114,13 +114,13 @@ func (f *File) Start(ctx context.Context) (err error) {
 	f.dev = st.Dev
 	f.reflink.Store(reflinkUnknown)
 	f.hasReflink()
+	if err := f.checkSpaceKept(ctx); err != nil {
+		return err
+	}
 	if err := f.recover(ctx, f.volumes); err != nil {
 		return err
 	}
-	if err := f.recover(ctx, f.snapshots); err != nil {
-		return err
-	}
-	return f.checkSpaceKept(ctx)
+	return f.recover(ctx, f.snapshots)
 }
 
 // probeKey is the key of the probe file checkSpaceKept makes in the volume
@@ -132,11 +132,18 @@ var keepsSpace = loop.KeepsSpace
 
 // spaceVerdicts holds keepsSpace's verdicts by filesystem type: they
 // depend on the kernel and the filesystem, not on the disk, and a check
-// attaches a loop device.
+// attaches a loop device. Disks of one type wait for one check; a check
+// hung on one type holds up no other.
 var spaceVerdicts = struct {
 	sync.Mutex
-	byType map[int64]error
-}{byType: map[int64]error{}}
+	byType map[int64]*spaceVerdict
+}{byType: map[int64]*spaceVerdict{}}
+
+type spaceVerdict struct {
+	mu    sync.Mutex
+	known bool
+	err   error
+}
 
 func forgetSpaceVerdicts() {
 	spaceVerdicts.Lock()
@@ -151,24 +158,48 @@ func forgetSpaceVerdicts() {
 // or fstrim, for another volume to take, so that the first one's writes
 // fail once the disk is full.
 func (f *File) checkSpaceKept(ctx context.Context) error {
+	// A check cut short (the driver killed mid-check) leaves its probe
+	// file, maybe attached: it goes before anything reads the volume
+	// directory, which would take it for a volume's leftover and remove
+	// it from under its loop device.
+	probe := f.loopFile(probeKey)
+	if _, err := os.Lstat(probe.Path); err == nil {
+		if err := loop.Detach(ctx, probe); err != nil {
+			return fmt.Errorf("detaching an earlier space check's probe: %w", err)
+		}
+		if err := os.Remove(probe.Path); err != nil {
+			return fmt.Errorf("removing an earlier space check's probe: %w", err)
+		}
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(f.volumes, &st); err != nil {
 		return fmt.Errorf("statfs %s: %w", f.volumes, err)
 	}
+	if st.Flags&unix.ST_RDONLY != 0 {
+		// Nothing discards into a read-only filesystem's files; it is
+		// checked once mounted writable, at the next start.
+		return nil
+	}
 	spaceVerdicts.Lock()
-	defer spaceVerdicts.Unlock()
-	err, known := spaceVerdicts.byType[st.Type]
-	if !known {
-		err = keepsSpace(ctx, f.loopFile(probeKey))
+	v, ok := spaceVerdicts.byType[st.Type]
+	if !ok {
+		v = &spaceVerdict{}
+		spaceVerdicts.byType[st.Type] = v
+	}
+	spaceVerdicts.Unlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.known {
+		err := keepsSpace(ctx, probe)
 		if err != nil && !errors.Is(err, loop.ErrFreesSpace) {
 			// The check could not tell (no loop device free, say):
 			// the next start checks again.
 			return fmt.Errorf("checking that volumes keep their space: %w", err)
 		}
-		spaceVerdicts.byType[st.Type] = err
+		v.known, v.err = true, err
 	}
-	if err != nil {
-		return fmt.Errorf("%w: file disks need Linux 5.19 or later, where a volume's space stays allocated; on this kernel use the lvm backend (thick logical volumes)", err)
+	if v.err != nil {
+		return fmt.Errorf("%w: file disks need Linux 5.19 or later, where a volume's space stays allocated; on this kernel use the lvm backend (thick logical volumes)", v.err)
 	}
 	return nil
 }

@@ -102,3 +102,31 @@ func freshLoopDevice(t *testing.T) string {
 	t.Fatal("no loop device number free from 1000 to 1099")
 	return ""
 }
+
+// TestSpaceCheckCutShortLeavesNothing: the driver was killed during a
+// start's space check, with the probe file attached. The next start
+// detaches and removes it (before anything reads the volume directory,
+// where it would be taken for a volume's leftover and removed from under
+// its device, which would then stay attached for good), also when no
+// check runs (the filesystem type's verdict is known).
+func TestSpaceCheckCutShortLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	f, p := newFile(t, "xfs", 512*mi, 0) // the verdict for XFS is known from here on
+	f.Close()
+	probe := f.loopFile(probeKey)
+	testdisk.Run(t, "fallocate", "-l", "1M", probe.Path)
+	dev := strings.TrimSpace(testdisk.Run(t, "losetup", "--find", "--show", probe.Path))
+	testdisk.DetachAtCleanup(t, dev)
+	if err := closing(t, NewFile(testDiskName, p, 0, nil)).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if devs, err := loop.FindAll(ctx, probe); err != nil || len(devs) > 0 {
+		t.Errorf("the probe of the check cut short is still attached: %v, %v", devs, err)
+	}
+	if backing, err := os.ReadFile("/sys/block/" + strings.TrimPrefix(dev, "/dev/") + "/loop/backing_file"); err == nil {
+		t.Errorf("%s still serves %s", dev, strings.TrimSpace(string(backing)))
+	}
+	if _, err := os.Stat(probe.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the probe file of the check cut short is left: %v", err)
+	}
+}
