@@ -277,6 +277,26 @@ func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 		setAnnotation(diskfit.SelectedNodeAnnotation, nil))
 	refused("node-a's driver moving a claim from node-b to itself",
 		setAnnotation(diskfit.SelectedNodeAnnotation, ptr.To("node-a")))
+	// Nor bind an unbound claim to a PV of its choosing (the API server
+	// lets volumeName be set once).
+	unbound := pvc.DeepCopy()
+	unbound.Name, unbound.ResourceVersion, unbound.Spec.StorageClassName = "e2e-node-unbound", "", ptr.To("e2e-node-nothing")
+	if _, err := kube.CoreV1().PersistentVolumeClaims("default").Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.CoreV1().PersistentVolumeClaims("default").Delete(context.Background(), unbound.Name, metav1.DeleteOptions{})
+	})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := asNodeA.CoreV1().PersistentVolumeClaims("default").Get(ctx, unbound.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		got.Spec.VolumeName = "e2e-own-a"
+		_, err = asNodeA.CoreV1().PersistentVolumeClaims("default").Update(ctx, got, metav1.UpdateOptions{})
+		return err
+	})
+	refused("node-a's driver binding a claim to a PV of its choosing", err)
 	setNode("node-a")
 	if err := setAnnotation(diskfit.SelectedNodeAnnotation, nil); err != nil {
 		t.Errorf("node-a's driver taking its own node off a claim (its provisioner's reschedule): %v", err)
