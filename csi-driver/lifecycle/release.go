@@ -226,9 +226,10 @@ func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.Persi
 	return fmt.Errorf("deleting PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
 }
 
-// deletePodsUsing deletes the pods on node that mount the claim deleted
-// for pvc. A claim in use by a scheduled pod is not removed (PVC
-// protection) and the pod could never start again on its lost volume.
+// deletePodsUsing deletes the pods on node, and only those, that mount
+// the claim deleted for pvc (PodsUsing). A claim in use by a scheduled
+// pod is not removed (PVC protection) and the pod could never start
+// again on its lost volume.
 // The pods are listed first and deleted only if the claim still has
 // pvc's UID after that: every pod listed was made while the name meant
 // this claim. A claim made anew under the name keeps its pods.
@@ -251,14 +252,15 @@ func deletePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.P
 	return nil
 }
 
-// PodsUsing lists, from the API server, the pods that mount pvc on node,
-// where its volume lives, or that are on no node yet (a replica evicted
-// before, whose new pod waits for its claim's node): either is the
-// claim's, and a pod on no node never ran, so deleting it loses nothing
-// and lets its StatefulSet make it anew with the new claim.
-func PodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) ([]v1.Pod, error) {
+// PodsUsing lists, from the API server, the pods on the nodes given that
+// mount pvc ("" for the pods on no node yet). A release deletes only the
+// pods on the node of pvc's volume: one of those cannot start again on
+// its lost volume, and keeps the claim from going (PVC protection). A pod
+// on no node never ran on the volume, and nothing may make a bare one
+// again: it stays, and drain lists it only to wait for its replica.
+func PodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, nodes ...string) ([]v1.Pod, error) {
 	var pods []v1.Pod
-	for _, on := range []string{node, ""} {
+	for _, on := range nodes {
 		list, err := client.CoreV1().Pods(pvc.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + on})
 		if err != nil {
 			return nil, fmt.Errorf("listing the pods in %s on node %q: %w", pvc.Namespace, on, err)

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/diskfit/diskfit/csi-driver/lifecycle/lifecycletest"
 )
 
 // refuseClaimDelete makes the API server refuse the deletion of claims
@@ -218,5 +220,30 @@ func TestNodeReleaseInterruptedAfterTheClaimKeepsTheVolume(t *testing.T) {
 	}
 	if pv := e.pv("pv-lost"); pv != nil && pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain {
 		t.Errorf("the claim is gone and its PV stays with reclaim policy %s: the volume is deleted if the node comes back; want Retain", pv.Spec.PersistentVolumeReclaimPolicy)
+	}
+}
+
+// TestReleaseKeepsAPodOnNoNode: the released claim is used by the pod on
+// its volume's node and by a pod Pending on no node (a bare pod, say,
+// that nothing would make again), and it stays a moment, being deleted.
+// The pod on the node is deleted, so that its workload makes it anew
+// with a new claim; the pod on no node never ran on the volume and stays.
+func TestReleaseKeepsAPodOnNoNode(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1"), podUsing("pending", "a", "")))
+	// The claim stays a moment, being deleted: the pvc-protection
+	// controller has yet to see it.
+	lifecycletest.ProtectClaimsFor(e.client, time.Hour)
+	if err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if e.pvcExists("a") {
+		t.Error("claim kept, want it released")
+	}
+	if e.podExists("web-0") {
+		t.Error("the pod on the volume's node was kept: it can never start again on its lost volume")
+	}
+	if !e.podExists("pending") {
+		t.Error("the pod on no node was deleted: nothing makes it again")
 	}
 }

@@ -24,8 +24,34 @@ var (
 // pvc-protection controller does: a UID precondition that does not match
 // is a Conflict; a claim that a scheduled pod uses only gets a deletion
 // timestamp, and goes once the last such pod is deleted.
-func ProtectClaims(client *k8sfake.Clientset) {
+func ProtectClaims(client *k8sfake.Clientset) { ProtectClaimsFor(client, 0) }
+
+// ProtectClaimsFor is ProtectClaims with the time the pvc-protection
+// controller takes to see a claim being deleted: every deleted claim
+// stays, being deleted, for at least hold, even when no scheduled pod
+// uses it, and goes with the first request after that once none does.
+func ProtectClaimsFor(client *k8sfake.Clientset, hold time.Duration) {
 	tracker := client.Tracker()
+	// letGo deletes the claims in namespace being deleted for hold that
+	// no scheduled pod uses.
+	letGo := func(namespace string) error {
+		list, err := tracker.List(pvcs, v1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), namespace)
+		if err != nil {
+			return err
+		}
+		for _, c := range list.(*v1.PersistentVolumeClaimList).Items {
+			if c.DeletionTimestamp != nil && time.Since(c.DeletionTimestamp.Time) >= hold && !usedByScheduledPod(tracker, &c) {
+				_ = tracker.Delete(pvcs, c.Namespace, c.Name)
+			}
+		}
+		return nil
+	}
+	if hold > 0 {
+		client.PrependReactor("*", "*", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			_ = letGo(a.GetNamespace())
+			return false, nil, nil
+		})
+	}
 	client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		del := a.(clienttesting.DeleteActionImpl)
 		obj, err := tracker.Get(pvcs, a.GetNamespace(), del.Name)
@@ -41,7 +67,7 @@ func ProtectClaims(client *k8sfake.Clientset) {
 			return true, nil, apierrors.NewConflict(pvcs.GroupResource(), del.Name,
 				fmt.Errorf("precondition resourceVersion %s, object resourceVersion %s", *p.ResourceVersion, pvc.ResourceVersion))
 		}
-		if !usedByScheduledPod(tracker, pvc) {
+		if hold == 0 && !usedByScheduledPod(tracker, pvc) {
 			return true, nil, tracker.Delete(pvcs, pvc.Namespace, pvc.Name)
 		}
 		if pvc.DeletionTimestamp == nil {
@@ -65,16 +91,7 @@ func ProtectClaims(client *k8sfake.Clientset) {
 		}
 		// The pvc-protection controller lets claims being deleted go once
 		// no scheduled pod uses them.
-		list, err := tracker.List(pvcs, v1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), pod.Namespace)
-		if err != nil {
-			return true, nil, err
-		}
-		for _, c := range list.(*v1.PersistentVolumeClaimList).Items {
-			if c.DeletionTimestamp != nil && !usedByScheduledPod(tracker, &c) {
-				_ = tracker.Delete(pvcs, c.Namespace, c.Name)
-			}
-		}
-		return true, nil, nil
+		return true, nil, letGo(pod.Namespace)
 	})
 }
 

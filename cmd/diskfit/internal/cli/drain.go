@@ -76,8 +76,8 @@ func newDrainCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command 
 	return cmd
 }
 
-// drainClaim is a claim on a drained disk, with the pods on its node that
-// use it and the StatefulSet that owns them.
+// drainClaim is a claim on a drained disk, with the pods on its node and
+// on no node that use it, and the StatefulSet that owns them.
 type drainClaim struct {
 	diskClaim
 	pods []v1.Pod
@@ -113,8 +113,12 @@ func (d drainClaim) released() (deleted, staying string) {
 	if len(on) > 0 {
 		deleted += " and pod " + strings.Join(on, ",")
 	}
-	if len(off) > 0 {
+	switch {
+	case len(off) == 0:
+	case d.statefulSet != "":
 		staying = fmt.Sprintf(" Pod %s, on no node yet, stays: its StatefulSet gives it a new claim.", strings.Join(off, ","))
+	default:
+		staying = fmt.Sprintf(" Pod %s, on no node yet, stays, waiting for a claim of that name: no StatefulSet makes one.", strings.Join(off, ","))
 	}
 	return deleted, staying
 }
@@ -216,7 +220,9 @@ func (o *drainOptions) claims(ctx context.Context, c *Clients) ([]drainClaim, er
 	}
 	out := make([]drainClaim, 0, len(on))
 	for _, cl := range on {
-		pods, err := lifecycle.PodsUsing(ctx, c.Kube, cl.PVC, cl.loc.Node)
+		// The pods on no node are listed too, to wait for their replica;
+		// a release does not delete them.
+		pods, err := lifecycle.PodsUsing(ctx, c.Kube, cl.PVC, cl.loc.Node, "")
 		if err != nil {
 			return nil, err
 		}

@@ -46,7 +46,11 @@ func replicaPod(name, claim string) *corev1.Pod {
 // whose class asks for release, a claim of that class that says keep, and
 // a claim of a plain class that asks for release, used by a pod no
 // controller owns; on nvme1 one more claim that asks for release.
-func drainCluster() *Clients {
+func drainCluster() *Clients { return drainClusterHolding(0) }
+
+// drainClusterHolding is drainCluster where a deleted claim stays, being
+// deleted, for hold (lifecycletest.ProtectClaimsFor).
+func drainClusterHolding(hold time.Duration) *Clients {
 	releaseClass := diskfitClass("diskfit-release", "")
 	releaseClass.Parameters = map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}
 	kube := []runtime.Object{
@@ -63,7 +67,7 @@ func drainCluster() *Clients {
 	}
 	dn := diskNode("node-a", time.Second, disk("nvme0", "nvme", 8*gi, 4*gi, 5), disk("nvme1", "nvme", 4*gi, 3*gi, 1))
 	client := kubefake.NewClientset(kube...)
-	lifecycletest.ProtectClaims(client)
+	lifecycletest.ProtectClaimsFor(client, hold)
 	return &Clients{Kube: client, DiskFit: dffake.NewSimpleClientset(dn)}
 }
 
@@ -146,9 +150,10 @@ Staying (not opted in, diskfit.io/on-disk-loss is not release): shop/scratch
 // statefulSet does for the pods given what the StatefulSet controller
 // does: when one is gone, it creates its claims that are gone and the
 // pod, with new UIDs; for a pod that is Pending it creates its claims
-// that are gone. A Pending pod whose claims are all new is Running on the
-// next look, its claims Bound, unless stuck: then they stay Pending (no
-// disk has room, say).
+// that are gone. A new pod is Pending on no node; a Pending pod whose
+// claims are all new is Running on another node on the next look, its
+// claims Bound, unless stuck: then they stay Pending (no disk has room,
+// say).
 func statefulSet(ctx context.Context, t *testing.T, client kubernetes.Interface, stuck bool, pods ...*corev1.Pod) {
 	// newClaims creates p's claims that are gone and says whether all of
 	// them are new ones.
@@ -181,7 +186,8 @@ func statefulSet(ctx context.Context, t *testing.T, client kubernetes.Interface,
 			got, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 			if err == nil {
 				if got.Status.Phase == corev1.PodPending && newClaims(got) && !stuck {
-					got.Status.Phase = corev1.PodRunning
+					// Scheduled where its new claims' volumes are.
+					got.Spec.NodeName, got.Status.Phase = "node-b", corev1.PodRunning
 					if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 						t.Error(err)
 					}
@@ -194,7 +200,8 @@ func statefulSet(ctx context.Context, t *testing.T, client kubernetes.Interface,
 			}
 			newClaims(p)
 			np := p.DeepCopy()
-			np.UID, np.ResourceVersion, np.Status.Phase = types.UID(p.Name+"-new"), "", corev1.PodPending
+			// Pending on no node: it is scheduled once its claims are bound.
+			np.UID, np.ResourceVersion, np.Spec.NodeName, np.Status.Phase = types.UID(p.Name+"-new"), "", "", corev1.PodPending
 			if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, np, metav1.CreateOptions{}); err != nil {
 				t.Error(err)
 			}
@@ -271,8 +278,18 @@ The disks stay cordoned; diskfit uncordon node-a/nvme0 puts them back into servi
 // down all the same: drain releases its claim (its StatefulSet gives the
 // Pending pod a new one) and waits for it to run before it takes web-1
 // down, or two replicas would be down at once.
+//
+// On a real cluster the deleted claim stays a moment, being deleted, until
+// the pvc-protection controller lets it go: the Pending pod stays all the
+// same, as drain says, and is not deleted.
 func TestDrainWaitsForAReplicaNotOnTheNode(t *testing.T) {
-	c := drainCluster()
+	for _, hold := range []time.Duration{0, 20 * time.Millisecond} {
+		t.Run(hold.String(), func(t *testing.T) { testDrainWaitsForAReplicaNotOnTheNode(t, hold) })
+	}
+}
+
+func testDrainWaitsForAReplicaNotOnTheNode(t *testing.T, hold time.Duration) {
+	c := drainClusterHolding(hold)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if err := c.Kube.CoreV1().Pods("shop").Delete(ctx, "web-0", metav1.DeleteOptions{}); err != nil {
@@ -286,7 +303,7 @@ func TestDrainWaitsForAReplicaNotOnTheNode(t *testing.T) {
 	c.Kube.(*kubefake.Clientset).ClearActions()
 	statefulSet(ctx, t, c.Kube, false, pending, replicaPod("web-1", "data-web-1"))
 
-	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release")
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--timeout", "5s")
 	cancel()
 	if err != nil {
 		t.Fatalf("drain: %v\n%s", err, out)
@@ -296,9 +313,44 @@ func TestDrainWaitsForAReplicaNotOnTheNode(t *testing.T) {
 	if down < 0 || back < 0 || down < back {
 		t.Errorf("web-1 was taken down before web-0 ran again: writes %q", w)
 	}
+	if slices.Contains(w, "delete pods web-0") {
+		t.Errorf("drain deleted pod web-0, Pending on no node, which it says stays: writes %q", w)
+	}
 	if !strings.Contains(out, "Released claim shop/data-web-0: PV pv-w0 kept (reclaim policy Retain), claim deleted. "+
 		"Pod web-0, on no node yet, stays: its StatefulSet gives it a new claim.\n") || !strings.Contains(out, "shop/web-0 is running again.") {
 		t.Errorf("drain did not say what it did with web-0 and wait for it:\n%s", out)
+	}
+}
+
+// TestDrainKeepsABarePodOnNoNode: the pod using claim tool-data, which no
+// controller owns, is Pending on no node, and the deleted claim stays a
+// moment, being deleted. Nothing would make that pod again: drain
+// releases the claim, keeps the pod, and says so.
+func TestDrainKeepsABarePodOnNoNode(t *testing.T) {
+	c := drainClusterHolding(20 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tool, err := c.Kube.CoreV1().Pods("shop").Get(ctx, "tool", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool.Spec.NodeName, tool.Status.Phase = "", corev1.PodPending
+	if _, err := c.Kube.CoreV1().Pods("shop").Update(ctx, tool, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
+
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--timeout", "5s")
+	cancel()
+	if err != nil {
+		t.Fatalf("drain: %v\n%s", err, out)
+	}
+	if _, err := c.Kube.CoreV1().Pods("shop").Get(context.Background(), "tool", metav1.GetOptions{}); err != nil {
+		t.Errorf("pod tool, Pending on no node, owned by no controller: %v; want it kept", err)
+	}
+	if want := "Released claim shop/tool-data: PV pv-t kept (reclaim policy Retain), claim deleted. " +
+		"Pod tool, on no node yet, stays, waiting for a claim of that name: no StatefulSet makes one.\n"; !strings.Contains(out, want) {
+		t.Errorf("drain did not say what it did with pod tool; want %q in:\n%s", want, out)
 	}
 }
 
