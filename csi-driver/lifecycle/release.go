@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -68,16 +69,29 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 }
 
 // deleteClaimKeepingData makes c's PV Retain and then deletes c's claim.
-// A claim changed since it was read stays (ErrClaimChanged), and its PV
-// gets back the reclaim policy it had.
+// A claim that stays gets its PV's reclaim policy back: one changed since
+// it was read (ErrClaimChanged), and one whose delete failed otherwise (a
+// timeout, a lost leadership) that is, read again, still there under its
+// UID and not being deleted. Left Retain, such a claim, deleted later by
+// its owner, would leave its volume and data for good. A claim gone or
+// being deleted, or that cannot be read, keeps a Retain PV: the delete
+// may have gone through, and with Delete the volume would go with it.
 func deleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c Claim) error {
 	restore, err := retain(ctx, client, c.PV)
 	if err != nil {
 		return err
 	}
 	err = deleteClaim(ctx, client, c.PVC)
-	if errors.Is(err, ErrClaimChanged) {
-		if rerr := restore(ctx); rerr != nil {
+	if err == nil {
+		return nil
+	}
+	// The context may be what failed the delete (cancelled when
+	// leadership is lost): the claim is read and the policy put back
+	// all the same.
+	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterFailedDeleteTimeout)
+	defer cancel()
+	if errors.Is(err, ErrClaimChanged) || claimStays(after, client, c.PVC) {
+		if rerr := restore(after); rerr != nil {
 			// The claim that stays keeps a Retain PV: deleted later,
 			// its volume and data would stay for good.
 			klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC))
@@ -85,6 +99,17 @@ func deleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 		}
 	}
 	return err
+}
+
+// afterFailedDeleteTimeout bounds the reads and writes that put back a
+// PV's reclaim policy after its claim's delete failed.
+const afterFailedDeleteTimeout = 10 * time.Second
+
+// claimStays says whether pvc's claim, read from the API server, is still
+// there under its UID and not being deleted; false when it cannot say.
+func claimStays(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) bool {
+	now, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
+	return err == nil && now.UID == pvc.UID && now.DeletionTimestamp == nil
 }
 
 // retain makes the reclaim policy of the PV as the API server has it now

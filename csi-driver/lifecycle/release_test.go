@@ -27,6 +27,11 @@ func refuseClaimDelete(e *env) {
 	})
 }
 
+// release releases the claim of objs (claim's PVC and PV) from node n1.
+func release(e *env, objs []runtime.Object) error {
+	return ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1")
+}
+
 // TestReleaseRetainsThePVAsItIsNow: the copy of the PV the release was
 // decided on (an informer's, or a list drain made long before) says
 // Retain, but the PV was set back to Delete since. Its reclaim policy
@@ -48,23 +53,42 @@ func TestReleaseRetainsThePVAsItIsNow(t *testing.T) {
 	}
 }
 
-// TestReleaseStopsWhenTheClaimChanged: the claim changed after the
-// release was decided (its owner opted out), so the API server refuses
-// its deletion. The release says so, deletes no pod, and puts back the
-// PV's reclaim policy it had changed: nothing is left half-made.
-func TestReleaseStopsWhenTheClaimChanged(t *testing.T) {
-	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
-	e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
-	refuseClaimDelete(e)
-	err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1")
-	if !errors.Is(err, ErrClaimChanged) {
-		t.Errorf("release of a claim whose deletion was refused returned %v, want ErrClaimChanged", err)
-	}
-	if !e.podExists("web-0") {
-		t.Error("the pod of a claim that stays was deleted")
-	}
-	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimDelete {
-		t.Errorf("PV of a claim that stays has reclaim policy %s, want its own (Delete) back", got)
+// TestReleaseStopsWhenTheClaimStays: the claim stays, not being deleted,
+// so the release says so, deletes no pod, and puts back the PV's reclaim
+// policy it had changed: nothing is left half-made. Left Retain, the
+// claim deleted later by its owner would leave its volume and its space
+// taken for good.
+//   - changed: the claim changed after the release was decided (its
+//     owner opted out), so the API server refuses its deletion
+//     (ErrClaimChanged);
+//   - delete failed: the API server fails the delete (an etcd timeout),
+//     and before any pass releases the claim again its disk recovers.
+//     Before, its PV stayed Retain.
+func TestReleaseStopsWhenTheClaimStays(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		failure error
+	}{
+		{"changed", apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "a", errors.New("the object has been modified"))},
+		{"delete failed", apierrors.NewInternalError(errors.New("etcdserver: request timed out"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+			e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
+			e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, tc.failure
+			})
+			err := release(e, objs)
+			if err == nil || apierrors.IsConflict(tc.failure) && !errors.Is(err, ErrClaimChanged) {
+				t.Errorf("release of a claim whose deletion failed with %v returned %v, want an error (ErrClaimChanged for a conflict)", tc.failure, err)
+			}
+			if !e.pvcExists("a") || !e.podExists("web-0") {
+				t.Error("the claim that stays, or its pod, was deleted")
+			}
+			if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimDelete {
+				t.Errorf("PV of a claim that stays has reclaim policy %s, want its own (Delete) back", got)
+			}
+		})
 	}
 }
 
@@ -140,7 +164,7 @@ func TestReleaseStopsWhenTheClaimChangedPutsBackThePolicyAfterAnotherWrite(t *te
 		}
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "a", errors.New("the object has been modified"))
 	})
-	err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1")
+	err := release(e, objs)
 	if !errors.Is(err, ErrClaimChanged) {
 		t.Errorf("release returned %v, want ErrClaimChanged", err)
 	}
@@ -180,7 +204,7 @@ func TestReleaseOfAClaimAnotherReleaseDeletedKeepsRetain(t *testing.T) {
 		}
 		return false, nil, nil // the env checks the preconditions
 	})
-	err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1")
+	err := release(e, objs)
 	if err != nil {
 		t.Errorf("release of a claim being deleted by another release: %v, want it released", err)
 	}
@@ -234,7 +258,7 @@ func TestReleaseKeepsAPodOnNoNode(t *testing.T) {
 	// The claim stays a moment, being deleted: the pvc-protection
 	// controller has yet to see it.
 	lifecycletest.ProtectClaimsFor(e.client, time.Hour)
-	if err := ReleaseKeepingData(e.ctx, e.client, Claim{PVC: objs[0].(*v1.PersistentVolumeClaim), PV: objs[1].(*v1.PersistentVolume)}, "n1"); err != nil {
+	if err := release(e, objs); err != nil {
 		t.Fatal(err)
 	}
 	if e.pvcExists("a") {
@@ -245,5 +269,33 @@ func TestReleaseKeepsAPodOnNoNode(t *testing.T) {
 	}
 	if !e.podExists("pending") {
 		t.Error("the pod on no node was deleted: nothing makes it again")
+	}
+}
+
+// TestReleaseWhoseClaimDeleteFailedButWentThroughKeepsRetain: the claim's
+// delete reports an error, but it went through (the answer was lost): the
+// claim is being deleted. Its PV stays Retain, or the volume and its data
+// are deleted with the claim.
+func TestReleaseWhoseClaimDeleteFailedButWentThroughKeepsRetain(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
+	gvr := v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+	e.client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		obj, err := e.client.Tracker().Get(gvr, "ns", "a")
+		if err != nil {
+			return true, nil, err
+		}
+		pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
+		pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		if err := e.client.Tracker().Update(gvr, pvc, "ns"); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewTimeoutError("request did not complete within the allowed duration", 0)
+	})
+	if err := release(e, objs); err == nil {
+		t.Error("the release whose claim delete failed reported no error")
+	}
+	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
+		t.Errorf("the claim is being deleted, and its PV has reclaim policy %s: the volume is deleted with it; want Retain", got)
 	}
 }
