@@ -63,8 +63,15 @@ func orphanSweepInterval(grace time.Duration) time.Duration {
 
 const defaultSweepInterval = 5 * time.Minute
 
-// orphanLoop sweeps every orphanSweepInterval until ctx ends.
+// orphanLoop sweeps at once and then every orphanSweepInterval until ctx
+// ends. The first sweep records what refers to each volume and snapshot
+// when the driver starts: the informers' events that came before the
+// driver was ready were not recorded, and an object made while the driver
+// was down may be gone again before the next sweep. It removes nothing:
+// a removal waits a grace period from the first sweep that found the
+// item without a reference.
 func (d *Driver) orphanLoop(ctx context.Context) {
+	d.sweepOrphans(ctx)
 	every(ctx, orphanSweepInterval(d.cfg.OrphanGracePeriod), d.sweepOrphans)
 }
 

@@ -393,6 +393,43 @@ func TestOrphanSweepKeepsSnapshotWhoseContentWasRetained(t *testing.T) {
 	}
 }
 
+// TestFirstSweepRunsAtStart: the informers' events that arrive before the
+// driver is ready are not recorded (it cannot read its disks yet), and a
+// VolumeSnapshotContent made while the driver was down (a restart, an
+// upgrade) may be deleted again (deletionPolicy Retain, the snapshot to be
+// imported later) before the first periodic sweep, half a grace period
+// after the start. So the driver sweeps once as soon as it is ready: what
+// refers to a volume or snapshot when it starts is recorded then.
+func TestFirstSweepRunsAtStart(t *testing.T) {
+	e := newOrphanEnv(t, false) // no informer: no event reaches the driver
+	vol := e.mustCreate(t, createReq("pvc-src", 300*mi)).VolumeId
+	e.addPV(t, "pv-src", diskfit.DriverName, vol)
+	e.snapshot(t, "snap-retained", vol)
+	const retained = "only:snap-retained"
+	if _, err := e.dynamic.Resource(kube.VolumeSnapshotContents).Create(e.ctx,
+		snapshotContent("content-retained", retained, false), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.d.cfg
+	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	cfg.MetricsAddress = freePort(t)
+	cfg.OrphanGracePeriod = time.Hour
+	e.runDriver(t, cfg)
+	_, key, err := parseID(orphanSnapshot, retained)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	if err := waitFor(ctx, func() (bool, error) {
+		_, refs, err := e.driver().snapshotRefs().get(ctx, e.driver().disk("only"), key)
+		return err == nil && !refs.NeverReferenced, nil
+	}); err != nil {
+		t.Errorf("the VolumeSnapshotContent of %s, there when the driver started, was not recorded within 10 s (the first periodic sweep comes %s after the start)",
+			retained, orphanSweepInterval(cfg.OrphanGracePeriod))
+	}
+}
+
 // TestOrphanSweepIgnoresPVsOfOtherNodes: volume IDs do not name the node
 // and disk names repeat across nodes, so a PV of another node can carry the
 // handle of a volume of this one. That happens when CreateVolume succeeded
