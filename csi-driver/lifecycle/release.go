@@ -105,11 +105,24 @@ func deleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 // PV's reclaim policy after its claim's delete failed.
 const afterFailedDeleteTimeout = 10 * time.Second
 
-// claimStays says whether pvc's claim, read from the API server, is still
-// there under its UID and not being deleted; false when it cannot say.
-func claimStays(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) bool {
+// claimNow reads pvc's claim from the API server: nil when it is gone or
+// was made anew under its name (another UID).
+func claimNow(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) (*v1.PersistentVolumeClaim, error) {
 	now, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
-	return err == nil && now.UID == pvc.UID && now.DeletionTimestamp == nil
+	switch {
+	case apierrors.IsNotFound(err), err == nil && now.UID != pvc.UID:
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	return now, nil
+}
+
+// claimStays says whether pvc's claim is still there under its UID and
+// not being deleted; false when it cannot say.
+func claimStays(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) bool {
+	now, err := claimNow(ctx, client, pvc)
+	return err == nil && now != nil && now.DeletionTimestamp == nil
 }
 
 // retain makes the reclaim policy of the PV as the API server has it now
@@ -171,14 +184,8 @@ func patchReclaimPolicy(ctx context.Context, client kubernetes.Interface, pv *v1
 // anew (its StatefulSet was faster), and a claim not being deleted was
 // changed before the delete reached it; neither's pods are ours to delete.
 func released(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim) (bool, error) {
-	now, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
-	}
-	return now.UID == pvc.UID && now.DeletionTimestamp != nil, nil
+	now, err := claimNow(ctx, client, pvc)
+	return now != nil && now.DeletionTimestamp != nil, err
 }
 
 // ReleaseWithNode lets a claim go whose node was deleted: the claim and
@@ -239,12 +246,12 @@ func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.Persi
 		// it is being deleted already).
 		// A claim being deleted under its UID is going all the same
 		// (another release, or its owner, deleted it first).
-		now, err := client.CoreV1().PersistentVolumeClaims(pvc.Namespace).Get(ctx, pvc.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && (now.UID != pvc.UID || now.DeletionTimestamp != nil) {
+		now, err := claimNow(ctx, client, pvc)
+		switch {
+		case err != nil:
+			return fmt.Errorf("after its deletion was refused: %w", err)
+		case now == nil || now.DeletionTimestamp != nil:
 			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading PVC %s/%s after its deletion was refused: %w", pvc.Namespace, pvc.Name, err)
 		}
 		return fmt.Errorf("PVC %s/%s: %w; it stays", pvc.Namespace, pvc.Name, ErrClaimChanged)
 	}
