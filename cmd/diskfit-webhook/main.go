@@ -20,16 +20,17 @@ import (
 )
 
 type options struct {
-	kubeconfig        string
-	namespace         string
-	serviceName       string
-	secretName        string
-	webhookConfigName string
-	hosts             []string
-	port              int
-	healthAddress     string
-	certValidity      time.Duration
-	certRenewBefore   time.Duration
+	kubeconfig              string
+	namespace               string
+	serviceName             string
+	secretName              string
+	webhookConfigName       string
+	volumeWebhookConfigName string
+	hosts                   []string
+	port                    int
+	healthAddress           string
+	certValidity            time.Duration
+	certRenewBefore         time.Duration
 }
 
 func main() {
@@ -40,6 +41,7 @@ func main() {
 	fs.StringVar(&o.serviceName, "service-name", "diskfit-webhook", "Service the API server calls; its DNS names go into the serving certificate")
 	fs.StringVar(&o.secretName, "secret-name", "diskfit-webhook-cert", "Secret that holds the serving certificate, shared by all replicas")
 	fs.StringVar(&o.webhookConfigName, "webhook-config-name", "diskfit-webhook", "MutatingWebhookConfiguration whose caBundle is kept in sync with the certificate")
+	fs.StringVar(&o.volumeWebhookConfigName, "volume-webhook-config-name", "diskfit-node-volumes", "ValidatingWebhookConfiguration of the node driver's PVs whose caBundle is kept in sync with the certificate; empty when it is not registered")
 	fs.StringSliceVar(&o.hosts, "cert-hosts", nil, "further DNS names or IP addresses for the serving certificate")
 	fs.IntVar(&o.port, "port", 9443, "HTTPS port of the webhook")
 	fs.StringVar(&o.healthAddress, "health-address", ":8080", "address serving /healthz, /readyz and /metrics over HTTP; empty disables it")
@@ -62,16 +64,17 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("creating Kubernetes client: %w", err)
 	}
 	s, err := webhook.New(webhook.Config{
-		Client:            client,
-		Namespace:         o.namespace,
-		ServiceName:       o.serviceName,
-		Hosts:             o.hosts,
-		SecretName:        o.secretName,
-		WebhookConfigName: o.webhookConfigName,
-		Address:           net.JoinHostPort("", strconv.Itoa(o.port)),
-		HealthAddress:     o.healthAddress,
-		CertValidity:      o.certValidity,
-		CertRenewBefore:   o.certRenewBefore,
+		Client:                  client,
+		Namespace:               o.namespace,
+		ServiceName:             o.serviceName,
+		Hosts:                   o.hosts,
+		SecretName:              o.secretName,
+		WebhookConfigName:       o.webhookConfigName,
+		VolumeWebhookConfigName: o.volumeWebhookConfigName,
+		Address:                 net.JoinHostPort("", strconv.Itoa(o.port)),
+		HealthAddress:           o.healthAddress,
+		CertValidity:            o.certValidity,
+		CertRenewBefore:         o.certRenewBefore,
 	})
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,7 +38,7 @@ const secretWriteAttempts = 5
 
 // certificates keeps the serving certificate in a Secret that every replica
 // shares, serves what the Secret holds and publishes its CA bundle in the
-// MutatingWebhookConfiguration. The CA's key is thrown away after signing:
+// MutatingWebhookConfiguration and the ValidatingWebhookConfiguration. The CA's key is thrown away after signing:
 // renewal makes a new CA and serving certificate together, and the bundle
 // keeps the previous CA until it expires, so replicas still serving the old
 // certificate stay trusted until they read the Secret again.
@@ -46,6 +47,7 @@ type certificates struct {
 	namespace         string
 	secretName        string
 	webhookConfigName string
+	volumeConfigName  string // empty: none
 	hosts             []string
 	validity          time.Duration
 	renewBefore       time.Duration
@@ -266,31 +268,60 @@ func sign(template, parent *x509.Certificate, key, parentKey *ecdsa.PrivateKey) 
 }
 
 // publishCABundle sets the caBundle of every webhook in the
-// MutatingWebhookConfiguration to bundle. A replica that read the Secret
+// MutatingWebhookConfiguration and, when there is one, the
+// ValidatingWebhookConfiguration to bundle. A replica that read the Secret
 // just before another renewed it may write the older bundle after the
 // renewer wrote the newer one; its next sync, which reads the renewed
 // Secret, writes the newer bundle again.
 func (c *certificates) publishCABundle(ctx context.Context, bundle []byte) error {
-	configs := c.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	api := c.client.AdmissionregistrationV1()
+	mutating := api.MutatingWebhookConfigurations()
+	err := publishTo(ctx, "MutatingWebhookConfiguration", c.webhookConfigName, bundle, mutating.Get, mutating.Update,
+		func(config *admissionregistrationv1.MutatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
+			for i := range config.Webhooks {
+				ccs = append(ccs, &config.Webhooks[i].ClientConfig)
+			}
+			return ccs
+		})
+	if err != nil || c.volumeConfigName == "" {
+		return err
+	}
+	validating := api.ValidatingWebhookConfigurations()
+	return publishTo(ctx, "ValidatingWebhookConfiguration", c.volumeConfigName, bundle, validating.Get, validating.Update,
+		func(config *admissionregistrationv1.ValidatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
+			for i := range config.Webhooks {
+				ccs = append(ccs, &config.Webhooks[i].ClientConfig)
+			}
+			return ccs
+		})
+}
+
+// publishTo sets the caBundle of every client config of the webhook
+// configuration kind name to bundle, writing it only when one differs.
+func publishTo[T any](ctx context.Context, kind, name string, bundle []byte,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	clientConfigs func(T) []*admissionregistrationv1.WebhookClientConfig,
+) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		config, err := configs.Get(ctx, c.webhookConfigName, metav1.GetOptions{})
+		config, err := get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("reading MutatingWebhookConfiguration %s: %w", c.webhookConfigName, err)
+			return fmt.Errorf("reading %s %s: %w", kind, name, err)
 		}
 		changed := false
-		for i := range config.Webhooks {
-			if !bytes.Equal(config.Webhooks[i].ClientConfig.CABundle, bundle) {
-				config.Webhooks[i].ClientConfig.CABundle = bundle
+		for _, cc := range clientConfigs(config) {
+			if !bytes.Equal(cc.CABundle, bundle) {
+				cc.CABundle = bundle
 				changed = true
 			}
 		}
 		if !changed {
 			return nil
 		}
-		if _, err := configs.Update(ctx, config, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("publishing the CA bundle in MutatingWebhookConfiguration %s: %w", c.webhookConfigName, err)
+		if _, err := update(ctx, config, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("publishing the CA bundle in %s %s: %w", kind, name, err)
 		}
-		klog.FromContext(ctx).Info("Published the CA bundle", "mutatingWebhookConfiguration", c.webhookConfigName)
+		klog.FromContext(ctx).Info("Published the CA bundle", "kind", kind, "name", name)
 		return nil
 	})
 }

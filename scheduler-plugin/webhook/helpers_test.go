@@ -166,14 +166,20 @@ type testServer struct {
 func startServer(t *testing.T, objects ...runtime.Object) *testServer {
 	t.Helper()
 	kube := fake.NewClientset(append(objects, webhookConfig(1))...)
-	s, err := New(Config{
+	cfg := Config{
 		Client:            kube,
 		Namespace:         webhookNamespace,
 		Hosts:             []string{"127.0.0.1"},
 		SecretName:        secretName,
 		WebhookConfigName: configName,
 		Address:           "127.0.0.1:0",
-	})
+	}
+	for _, o := range objects {
+		if vc, ok := o.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok {
+			cfg.VolumeWebhookConfigName = vc.Name
+		}
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
-// Package webhook is diskfit's optional mutating admission webhook. On pod
-// creation it sets spec.schedulerName to diskfit-scheduler when the pod
-// uses a diskfit volume and asked for no scheduler other than the default.
-// It never rejects a pod, and it makes and renews its own serving
-// certificate, kept in a Secret that its replicas share.
+// Package webhook is diskfit's optional admission webhook. On pod creation
+// it sets spec.schedulerName to diskfit-scheduler when the pod uses a
+// diskfit volume and asked for no scheduler other than the default; it
+// never rejects a pod. On the creation of a PV by the node driver it
+// refuses a PV that is not for a claim scheduled to the driver's node
+// (volumes.go). It makes and renews its own serving certificate, kept in a
+// Secret that its replicas share.
 package webhook
 
 import (
@@ -52,6 +54,10 @@ type Config struct {
 	// WebhookConfigName is the MutatingWebhookConfiguration whose caBundle
 	// is kept in sync with the Secret.
 	WebhookConfigName string
+	// VolumeWebhookConfigName is the ValidatingWebhookConfiguration of
+	// the node driver's PVs whose caBundle is kept in sync with the
+	// Secret; empty when it is not registered.
+	VolumeWebhookConfigName string
 	// Address is where the webhook serves HTTPS, e.g. ":9443".
 	Address string
 	// HealthAddress serves /healthz, /readyz and /metrics over HTTP;
@@ -80,10 +86,13 @@ type Server struct {
 	cfg      Config
 	informer informers.SharedInformerFactory
 	mutator  *mutator
+	volumes  *volumeValidator
 	certs    *certificates
 	synced   atomic.Bool
 	registry metrics.KubeRegistry
 	requests *metrics.CounterVec
+	// volumeRequests counts the reviews of PVs.
+	volumeRequests *metrics.CounterVec
 }
 
 // New validates cfg and returns a Server.
@@ -123,11 +132,13 @@ func New(cfg Config) (*Server, error) {
 			claims:  factory.Core().V1().PersistentVolumeClaims().Lister(),
 			classes: factory.Storage().V1().StorageClasses().Lister(),
 		},
+		volumes: &volumeValidator{client: cfg.Client},
 		certs: &certificates{
 			client:            cfg.Client,
 			namespace:         cfg.Namespace,
 			secretName:        cfg.SecretName,
 			webhookConfigName: cfg.WebhookConfigName,
+			volumeConfigName:  cfg.VolumeWebhookConfigName,
 			hosts:             hosts,
 			validity:          cfg.CertValidity,
 			renewBefore:       cfg.CertRenewBefore,
@@ -140,8 +151,14 @@ func New(cfg Config) (*Server, error) {
 			Help:           "Admission requests answered, by outcome: mutated, skipped (left unchanged) or error (left unchanged after an error).",
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"outcome"}),
+		volumeRequests: metrics.NewCounterVec(&metrics.CounterOpts{
+			Subsystem:      "diskfit_webhook",
+			Name:           "volume_admission_requests_total",
+			Help:           "Admission requests for PVs of the node driver answered, by outcome: allowed, denied (not for a claim scheduled to the driver's node), error (denied after an error) or skipped (not a PV creation).",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"outcome"}),
 	}
-	s.registry.MustRegister(s.requests)
+	s.registry.MustRegister(s.requests, s.volumeRequests)
 	return s, nil
 }
 
@@ -238,10 +255,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // it has a serving certificate.
 func (s *Server) Ready() bool { return s.synced.Load() && s.certs.loaded() }
 
-// Handler serves MutatePath.
+// Handler serves MutatePath and ValidateVolumePath.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc(MutatePath, s.serveMutate)
+	mux.HandleFunc(MutatePath, func(w http.ResponseWriter, r *http.Request) {
+		serveReview(w, r, s.mutator.admit, s.requests)
+	})
+	mux.HandleFunc(ValidateVolumePath, func(w http.ResponseWriter, r *http.Request) {
+		serveReview(w, r, s.volumes.admit, s.volumeRequests)
+	})
 	return mux
 }
 
@@ -263,9 +285,12 @@ func (s *Server) HealthHandler() http.Handler {
 	return mux
 }
 
-// serveMutate answers an AdmissionReview. A request that is not one gets
-// 400; every review gets an allowed response.
-func (s *Server) serveMutate(w http.ResponseWriter, r *http.Request) {
+// admitFunc answers one admission request and names its outcome.
+type admitFunc func(context.Context, *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, string)
+
+// serveReview answers an AdmissionReview with admit and counts the outcome
+// in requests. A request that is not one gets 400.
+func serveReview(w http.ResponseWriter, r *http.Request, admit admitFunc, requests *metrics.CounterVec) {
 	if r.Method != http.MethodPost {
 		http.Error(w, "only POST", http.StatusMethodNotAllowed)
 		return
@@ -293,8 +318,8 @@ func (s *Server) serveMutate(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "AdmissionReview without a request", http.StatusBadRequest)
 		return
 	}
-	resp, outcome := s.mutator.admit(r.Context(), review.Request)
-	s.requests.WithLabelValues(outcome).Inc()
+	resp, outcome := admit(r.Context(), review.Request)
+	requests.WithLabelValues(outcome).Inc()
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(&admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}); err != nil {
 		klog.FromContext(r.Context()).Error(err, "Writing an admission response")

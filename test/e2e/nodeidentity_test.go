@@ -94,32 +94,7 @@ func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	const class = "e2e-node-volumes" // no StorageClass: nothing binds these PVs
-	// A served disk of each node, so that the node's driver does not
-	// report a disk of these PVs as not served.
-	diskOf := func(node string) string {
-		dn, err := diskfitAPI.DiskfitV1alpha1().DiskNodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil || len(dn.Status.Disks) == 0 {
-			t.Fatalf("DiskNode %s: %v", node, err)
-		}
-		return dn.Status.Disks[0].Name
-	}
-	pvOn := func(name, node string) *v1.PersistentVolume {
-		return &v1.PersistentVolume{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1.PersistentVolumeSpec{
-				Capacity:                      v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")},
-				AccessModes:                   []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
-				PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain,
-				StorageClassName:              class,
-				PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
-					Driver: diskfit.DriverName, VolumeHandle: diskOf(node) + ":" + name,
-					VolumeAttributes: map[string]string{diskfit.VolumeContextDiskKey: diskOf(node)}}},
-				NodeAffinity: &v1.VolumeNodeAffinity{Required: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
-					MatchExpressions: []v1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: v1.NodeSelectorOpIn, Values: []string{node}}},
-				}}}},
-			},
-		}
-	}
+	pvOn := func(name, node string) *v1.PersistentVolume { return nodePV(name, node, class) }
 	// Later tests count every PV of the driver: these go before the
 	// test ends.
 	cleanup := func(name string) {

@@ -2,7 +2,7 @@ package e2e
 
 import (
 	"context"
-	"net"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -44,37 +44,8 @@ func TestWebhookSetsTheSchedulerOfDiskFitPods(t *testing.T) {
 	newPVC(t, ns, "data", class, 300*mi)
 	newPVC(t, ns, "other", otherDriverClass(t), 300*mi)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	configName := "diskfit-webhook-" + ns
-	registerWebhook(t, configName, ns, "https://"+ln.Addr().String()+webhook.MutatePath)
-	s, err := webhook.New(webhook.Config{
-		Client:            kube,
-		Namespace:         ns,
-		Hosts:             []string{"127.0.0.1"},
-		SecretName:        "diskfit-webhook-cert",
-		WebhookConfigName: configName,
-		Address:           ln.Addr().String(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveCtx, stopServing := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(serveCtx, ln) }()
-	stop := func() {
-		if stopServing != nil {
-			stopServing()
-			if err := <-served; err != nil {
-				t.Errorf("webhook: %v", err)
-			}
-			stopServing = nil
-		}
-	}
-	t.Cleanup(stop)
-
+	// The volume webhook too, for no PV of this test but its probe.
+	stop := serveWebhook(t, ns, fmt.Sprintf("object.metadata.name.startsWith('%s')", ns))
 	waitForWebhook(t, ns, "data")
 
 	mutated := createPod(t, ns, podSpec("diskfit", "", "data"))
@@ -166,11 +137,12 @@ func registerWebhook(t *testing.T, name, ns, url string) {
 	})
 }
 
-// diskfit-webhook can write the caBundle of its webhook configuration and
-// nothing else of it: with the webhook's own ServiceAccount token, an
+// diskfit-webhook can write the caBundle of its webhook configurations and
+// nothing else of them: with the webhook's own ServiceAccount token, an
 // update of the caBundle passes, and updates that would widen what it is
-// asked about (another operation, failing closed, no namespace selector)
-// are refused by the manifests' admission policy.
+// asked about (another operation, failing closed, no namespace selector),
+// or let the nodes' PVs pass unchecked (failing open, fewer match
+// conditions), are refused by the manifests' admission policy.
 func TestWebhookCanOnlyWriteItsCABundle(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 	// The manifests' configuration under its own name (the webhook's
@@ -230,6 +202,44 @@ func TestWebhookCanOnlyWriteItsCABundle(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatalf("the webhook cannot read its configuration: %v", err)
+		}
+	}
+
+	// The same for its ValidatingWebhookConfiguration of the nodes' PVs,
+	// registered here for no request at all.
+	validatingBundle := []byte("a CA")
+	deployedVolumes, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "diskfit-node-volumes", metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		registerVolumeWebhook(t, "diskfit-node-volumes", "https://127.0.0.1:1/validate-volume", "false")
+	case err != nil:
+		t.Fatal(err)
+	default:
+		validatingBundle = deployedVolumes.Webhooks[0].ClientConfig.CABundle
+	}
+	validating := asWebhook.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	for _, tt := range []struct {
+		name   string
+		change func(w *admissionregistrationv1.ValidatingWebhook)
+		allow  bool
+	}{
+		{"its caBundle", func(w *admissionregistrationv1.ValidatingWebhook) { w.ClientConfig.CABundle = validatingBundle }, true},
+		{"failing open", func(w *admissionregistrationv1.ValidatingWebhook) {
+			w.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+		}, false},
+		{"fewer requests", func(w *admissionregistrationv1.ValidatingWebhook) { w.MatchConditions = w.MatchConditions[1:] }, false},
+	} {
+		got, err := validating.Get(ctx, "diskfit-node-volumes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the webhook reading its validating configuration: %v", err)
+		}
+		tt.change(&got.Webhooks[0])
+		_, err = validating.Update(ctx, got, metav1.UpdateOptions{})
+		switch {
+		case tt.allow && err != nil:
+			t.Errorf("the webhook updating %s of its validating configuration: %v", tt.name, err)
+		case !tt.allow && (err == nil || !strings.Contains(err.Error(), "may change only the caBundle")):
+			t.Errorf("the webhook updating %s of its validating configuration: %v, want the admission policy's refusal", tt.name, err)
 		}
 	}
 }

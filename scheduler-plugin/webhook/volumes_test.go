@@ -1,0 +1,188 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
+)
+
+const volumeConfigName = "diskfit-node-volumes"
+
+// scheduledClaim is a claim of appNamespace with UID "uid-"+name, with the
+// scheduler's selected node when node is not empty.
+func scheduledClaim(name, node string) *v1.PersistentVolumeClaim {
+	c := claim(name, ptr.To("diskfit"))
+	c.UID = types.UID("uid-" + name)
+	if node != "" {
+		c.Annotations = map[string]string{SelectedNodeAnnotation: node}
+	}
+	return c
+}
+
+// pvFor is the PV a provisioner makes for c: pre-bound to it by UID.
+func pvFor(c *v1.PersistentVolumeClaim) *v1.PersistentVolume {
+	return &v1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + string(c.UID)},
+		Spec: v1.PersistentVolumeSpec{ClaimRef: &v1.ObjectReference{
+			Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: c.Namespace, Name: c.Name, UID: c.UID,
+		}},
+	}
+}
+
+// pvCreate is the admission request of creating pv with a token bound to
+// node (none when empty).
+func pvCreate(t *testing.T, pv *v1.PersistentVolume, node string) *admissionv1.AdmissionRequest {
+	t.Helper()
+	raw, err := json.Marshal(pv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := authenticationv1.UserInfo{Username: "system:serviceaccount:diskfit-system:diskfit-csi-node"}
+	if node != "" {
+		user.Extra = map[string]authenticationv1.ExtraValue{serviceaccount.NodeNameKey: {node}}
+	}
+	return &admissionv1.AdmissionRequest{
+		UID:       types.UID("uid-" + pv.Name),
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "PersistentVolume"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "persistentvolumes"},
+		Name:      pv.Name,
+		Operation: admissionv1.Create,
+		UserInfo:  user,
+		Object:    runtime.RawExtension{Raw: raw},
+	}
+}
+
+// A node's driver may create a PV only for a claim the scheduler placed on
+// its node: pre-bound by UID to a claim that exists, is bound to no other
+// PV and whose selected node is the token's node. Every other PV is
+// refused with 403 and a message that says why.
+func TestNodeDriverCreatesPVsOnlyForClaimsScheduledToItsNode(t *testing.T) {
+	onA := scheduledClaim("on-a", "node-a")
+	onB := scheduledClaim("on-b", "node-b")
+	pending := scheduledClaim("pending", "")
+	boundElsewhere := scheduledClaim("bound-elsewhere", "node-a")
+	boundElsewhere.Spec.VolumeName = "pvc-other"
+	boundHere := scheduledClaim("bound-here", "node-a")
+	boundHere.Spec.VolumeName = pvFor(boundHere).Name
+	kube := fake.NewClientset(onA, onB, pending, boundElsewhere, boundHere)
+	v := &volumeValidator{client: kube}
+
+	noClaimRef := pvFor(onA)
+	noClaimRef.Name, noClaimRef.Spec.ClaimRef = "static", nil
+	noUID := pvFor(onA)
+	noUID.Spec.ClaimRef.UID = ""
+	otherUID := pvFor(onA)
+	otherUID.Spec.ClaimRef.UID = "uid-of-an-earlier-claim"
+	gone := pvFor(scheduledClaim("gone", "node-a"))
+
+	for _, tt := range []struct {
+		name string
+		pv   *v1.PersistentVolume
+		node string
+		want string // "" allowed, else a fragment of the refusal
+	}{
+		{"for a claim scheduled here", pvFor(onA), "node-a", ""},
+		{"again for a claim bound to it", pvFor(boundHere), "node-a", ""},
+		{"for a claim scheduled to another node", pvFor(onB), "node-a", "claim app/on-b is scheduled to node-b"},
+		{"for a claim scheduled nowhere", pvFor(pending), "node-a", "claim app/pending is scheduled to no node"},
+		{"for a claim bound to another PV", pvFor(boundElsewhere), "node-a", "claim app/bound-elsewhere is bound to PV pvc-other"},
+		{"for another claim of that name", otherUID, "node-a", "has UID uid-on-a, not the PV's uid-of-an-earlier-claim"},
+		{"for a claim that does not exist", gone, "node-a", "claim app/gone does not exist"},
+		{"pre-bound by name only", noUID, "node-a", "names no claim by namespace, name and UID"},
+		{"for no claim", noClaimRef, "node-a", "PV static names no claim"},
+		{"with a token bound to no node", pvFor(onA), "", "bound to no node may not create PVs"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, outcome := v.admit(context.Background(), pvCreate(t, tt.pv, tt.node))
+			if tt.want == "" {
+				if !resp.Allowed || outcome != outcomeAllowed {
+					t.Fatalf("refused (%s): %+v", outcome, resp.Result)
+				}
+				return
+			}
+			if resp.Allowed || outcome != outcomeDenied {
+				t.Fatalf("allowed (%s), want a refusal saying %q", outcome, tt.want)
+			}
+			if resp.Result.Code != http.StatusForbidden || resp.Result.Reason != metav1.StatusReasonForbidden ||
+				!strings.Contains(resp.Result.Message, tt.want) {
+				t.Errorf("refusal %d %s %q, want 403 Forbidden saying %q", resp.Result.Code, resp.Result.Reason, resp.Result.Message, tt.want)
+			}
+		})
+	}
+}
+
+// When the claim cannot be read the PV is refused (the provisioner tries
+// again), and updates, deletes and other kinds are left to the policy.
+func TestVolumeValidatorFailsClosed(t *testing.T) {
+	kube := fake.NewClientset()
+	kube.PrependReactor("get", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, context.DeadlineExceeded
+	})
+	v := &volumeValidator{client: kube}
+	onA := scheduledClaim("on-a", "node-a")
+	resp, outcome := v.admit(context.Background(), pvCreate(t, pvFor(onA), "node-a"))
+	if resp.Allowed || outcome != outcomeError || resp.Result.Code != http.StatusInternalServerError {
+		t.Errorf("claim unreadable: allowed %v, outcome %s, result %+v; want refused with 500", resp.Allowed, outcome, resp.Result)
+	}
+	update := pvCreate(t, pvFor(onA), "node-a")
+	update.Operation = admissionv1.Update
+	if resp, outcome := v.admit(context.Background(), update); !resp.Allowed || outcome != outcomeSkipped {
+		t.Errorf("update: allowed %v, outcome %s; want skipped", resp.Allowed, outcome)
+	}
+}
+
+// Through the server: the review of a PV refused comes back as a denied
+// AdmissionReview, and the validating configuration gets the caBundle.
+func TestServerAnswersVolumeReviews(t *testing.T) {
+	onB := scheduledClaim("on-b", "node-b")
+	ts := startServer(t, onB, volumeWebhookConfig())
+	ts.url = strings.TrimSuffix(ts.url, MutatePath) + ValidateVolumePath
+	status, body := ts.post(t, "application/json", reviewOf(t, pvCreate(t, pvFor(onB), "node-a")))
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	review := &admissionv1.AdmissionReview{}
+	if err := json.Unmarshal(body, review); err != nil {
+		t.Fatal(err)
+	}
+	if review.Response == nil || review.Response.Allowed || !strings.Contains(review.Response.Result.Message, "scheduled to node-b") {
+		t.Errorf("response %+v, want the PV refused", review.Response)
+	}
+	cfg, err := ts.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), volumeConfigName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutating, err := ts.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), configName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(cfg.Webhooks[0].ClientConfig.CABundle), string(mutating.Webhooks[0].ClientConfig.CABundle); got == "" || got != want {
+		t.Errorf("validating caBundle %q, want the mutating one %q", got, want)
+	}
+}
+
+func volumeWebhookConfig() *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: volumeConfigName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "volumes.node.diskfit.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1" + ValidateVolumePath)},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+}
