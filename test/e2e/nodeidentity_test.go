@@ -127,8 +127,15 @@ func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 	cleanup("e2e-own-a")
 	if _, err := asNodeA.CoreV1().PersistentVolumes().Create(ctx, pvOn("e2e-own-a", "node-a"), metav1.CreateOptions{}); err != nil {
 		t.Errorf("node-a's driver creating a PV on node-a: %v", err)
-	} else if err := asNodeA.CoreV1().PersistentVolumes().Delete(ctx, "e2e-own-a", metav1.DeleteOptions{}); err != nil {
-		t.Errorf("node-a's driver deleting its PV: %v", err)
+	} else {
+		// Not even of its own PVs may a node choose the claim: pointed at
+		// another tenant's pending claim, or left for any claim, the PV
+		// would be bound to it and the pod would follow.
+		refused("node-a's driver pointing its own PV at another claim",
+			patchPV("e2e-own-a", `{"spec":{"claimRef":{"namespace":"default","name":"someone-else","uid":"00000000-0000-0000-0000-000000000001"}}}`))
+		if err := asNodeA.CoreV1().PersistentVolumes().Delete(ctx, "e2e-own-a", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("node-a's driver deleting its PV: %v", err)
+		}
 	}
 
 	cleanup("e2e-other-b")
