@@ -283,17 +283,19 @@ func (c *certificates) publishCABundle(ctx context.Context, bundle []byte) error
 			}
 			return ccs
 		})
-	if err != nil || c.volumeConfigName == "" {
+	if c.volumeConfigName == "" {
 		return err
 	}
+	// Even when the mutating one failed: the validating webhook fails
+	// closed, and without the bundle no node could save a PV.
 	validating := api.ValidatingWebhookConfigurations()
-	return publishTo(ctx, "ValidatingWebhookConfiguration", c.volumeConfigName, bundle, validating.Get, validating.Update,
+	return errors.Join(err, publishTo(ctx, "ValidatingWebhookConfiguration", c.volumeConfigName, bundle, validating.Get, validating.Update,
 		func(config *admissionregistrationv1.ValidatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
 			for i := range config.Webhooks {
 				ccs = append(ccs, &config.Webhooks[i].ClientConfig)
 			}
 			return ccs
-		})
+		}))
 }
 
 // publishTo sets the caBundle of every client config of the webhook

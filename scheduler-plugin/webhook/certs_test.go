@@ -325,3 +325,25 @@ func TestCABundlePublishing(t *testing.T) {
 	}
 	checkServing(t, kube, c, now)
 }
+
+// Each webhook configuration gets the caBundle even when the other one
+// cannot be written: without it the API server could not call the
+// validating webhook, which fails closed, and no node could save a PV.
+func TestCABundlePublishedToEachConfigurationAlone(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	kube := fake.NewClientset(volumeWebhookConfig())
+	c := newCerts(kube, now, serviceHosts...)
+	c.volumeConfigName = volumeConfigName
+	err := c.sync(ctx)
+	if err == nil || !strings.Contains(err.Error(), configName) {
+		t.Fatalf("sync without the mutating configuration: %v, want an error naming %s", err, configName)
+	}
+	cfg, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, volumeConfigName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(cfg.Webhooks[0].ClientConfig.CABundle), string(getSecret(t, kube).Data[CABundleKey]); got != want {
+		t.Errorf("validating configuration's caBundle %q, want the Secret's %q", got, want)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,28 +19,44 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/diskfit/diskfit/apis/diskfit"
 )
 
 const volumeConfigName = "diskfit-node-volumes"
 
-// scheduledClaim is a claim of appNamespace with UID "uid-"+name, with the
-// scheduler's selected node when node is not empty.
+// scheduledClaim is a claim of appNamespace with UID "uid-"+name, of the
+// diskfit class "diskfit", for 1Gi, that the PV controller handed to
+// diskfit's provisioner, with the scheduler's selected node when node is
+// not empty.
 func scheduledClaim(name, node string) *v1.PersistentVolumeClaim {
 	c := claim(name, ptr.To("diskfit"))
 	c.UID = types.UID("uid-" + name)
+	c.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	c.Annotations = map[string]string{storageProvisionerAnnotation: diskfit.DriverName}
 	if node != "" {
-		c.Annotations = map[string]string{SelectedNodeAnnotation: node}
+		c.Annotations[SelectedNodeAnnotation] = node
 	}
 	return c
 }
 
-// pvFor is the PV a provisioner makes for c: pre-bound to it by UID.
+// pvFor is the PV external-provisioner makes for c: named after its UID,
+// pre-bound to it by UID, of its class and size.
 func pvFor(c *v1.PersistentVolumeClaim) *v1.PersistentVolume {
 	return &v1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + string(c.UID)},
-		Spec: v1.PersistentVolumeSpec{ClaimRef: &v1.ObjectReference{
-			Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: c.Namespace, Name: c.Name, UID: c.UID,
-		}},
+		ObjectMeta: metav1.ObjectMeta{Name: "pvc-" + string(c.UID),
+			Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": diskfit.DriverName}},
+		Spec: v1.PersistentVolumeSpec{
+			ClaimRef: &v1.ObjectReference{
+				Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: c.Namespace, Name: c.Name, UID: c.UID,
+			},
+			StorageClassName:              ptr.Deref(c.Spec.StorageClassName, ""),
+			Capacity:                      c.Spec.Resources.Requests,
+			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
+			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
+				Driver: diskfit.DriverName, VolumeHandle: "disk0:" + string(c.UID),
+			}},
+		},
 	}
 }
 
@@ -85,9 +102,35 @@ func TestNodeDriverCreatesPVsOnlyForClaimsScheduledToItsNode(t *testing.T) {
 	noClaimRef.Name, noClaimRef.Spec.ClaimRef = "static", nil
 	noUID := pvFor(onA)
 	noUID.Spec.ClaimRef.UID = ""
-	otherUID := pvFor(onA)
-	otherUID.Spec.ClaimRef.UID = "uid-of-an-earlier-claim"
+	// A PV for a claim that was deleted, or deleted and created again,
+	// while its volume was made: the PV controller releases it and its
+	// reclaim policy applies, as before the check.
+	earlier := pvFor(scheduledClaim("on-a", "node-a"))
+	earlier.Name, earlier.Spec.ClaimRef.UID = "pvc-uid-of-an-earlier-claim", "uid-of-an-earlier-claim"
 	gone := pvFor(scheduledClaim("gone", "node-a"))
+	// PVs that external-provisioner never makes: a second one for the
+	// claim, one the PV controller would take the claimRef off once the
+	// claim is bound elsewhere (and then give to any claim), and ones
+	// that do not match the claim or are not diskfit's.
+	second := pvFor(onA)
+	second.Name = "decoy"
+	boundByController := pvFor(onA)
+	boundByController.Annotations["pv.kubernetes.io/bound-by-controller"] = "yes"
+	otherClass := pvFor(onA)
+	otherClass.Spec.StorageClassName = "fast"
+	smaller := pvFor(onA)
+	smaller.Spec.Capacity = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Mi")}
+	block := pvFor(onA)
+	block.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock)
+	otherDriver := pvFor(onA)
+	otherDriver.Spec.CSI.Driver = "ebs.csi.aws.com"
+	hostPath := pvFor(onA)
+	hostPath.Spec.CSI, hostPath.Spec.HostPath = nil, &v1.HostPathVolumeSource{Path: "/var/lib"}
+	recycle := pvFor(onA)
+	recycle.Spec.PersistentVolumeReclaimPolicy = v1.PersistentVolumeReclaimRecycle
+	otherProvisioner := scheduledClaim("other-provisioner", "node-a")
+	otherProvisioner.Annotations[storageProvisionerAnnotation] = "ebs.csi.aws.com"
+	kube.Tracker().Add(otherProvisioner)
 
 	for _, tt := range []struct {
 		name string
@@ -100,11 +143,20 @@ func TestNodeDriverCreatesPVsOnlyForClaimsScheduledToItsNode(t *testing.T) {
 		{"for a claim scheduled to another node", pvFor(onB), "node-a", "claim app/on-b is scheduled to node-b"},
 		{"for a claim scheduled nowhere", pvFor(pending), "node-a", "claim app/pending is scheduled to no node"},
 		{"for a claim bound to another PV", pvFor(boundElsewhere), "node-a", "claim app/bound-elsewhere is bound to PV pvc-other"},
-		{"for another claim of that name", otherUID, "node-a", "has UID uid-on-a, not the PV's uid-of-an-earlier-claim"},
-		{"for a claim that does not exist", gone, "node-a", "claim app/gone does not exist"},
+		{"for an earlier claim of that name", earlier, "node-a", ""},
+		{"for a claim that is gone", gone, "node-a", ""},
 		{"pre-bound by name only", noUID, "node-a", "names no claim by namespace, name and UID"},
 		{"for no claim", noClaimRef, "node-a", "PV static names no claim"},
 		{"with a token bound to no node", pvFor(onA), "", "bound to no node may not create PVs"},
+		{"a second one for the claim", second, "node-a", "PV decoy is not named pvc-uid-on-a"},
+		{"marked bound by the PV controller", boundByController, "node-a", "pv.kubernetes.io/bound-by-controller"},
+		{"of another class", otherClass, "node-a", `of class "fast", not the claim's "diskfit"`},
+		{"smaller than the claim", smaller, "node-a", "capacity 1Mi, which is less than the claim's request 1Gi"},
+		{"of another volume mode", block, "node-a", "volume mode Block, not the claim's Filesystem"},
+		{"of another driver", otherDriver, "node-a", "not a CSI volume of local.diskfit.io"},
+		{"of another volume source", hostPath, "node-a", "not a CSI volume of local.diskfit.io"},
+		{"recycled", recycle, "node-a", "reclaim policy Recycle"},
+		{"for another provisioner's claim", pvFor(otherProvisioner), "node-a", "claim app/other-provisioner is not provisioned by local.diskfit.io"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, outcome := v.admit(context.Background(), pvCreate(t, tt.pv, tt.node))
