@@ -133,6 +133,12 @@ func TestNodeChangesOnlyItsOwnVolumes(t *testing.T) {
 		// would be bound to it and the pod would follow.
 		refused("node-a's driver pointing its own PV at another claim",
 			patchPV("e2e-own-a", `{"spec":{"claimRef":{"namespace":"default","name":"someone-else","uid":"00000000-0000-0000-0000-000000000001"}}}`))
+		// Nor have the PV controller take the claimRef off once its claim
+		// is bound elsewhere, or move it to the claims of another class.
+		refused("node-a's driver marking its own PV as bound by the PV controller",
+			patchPV("e2e-own-a", `{"metadata":{"annotations":{"pv.kubernetes.io/bound-by-controller":"yes"}}}`))
+		refused("node-a's driver changing the class of its own PV",
+			patchPV("e2e-own-a", `{"spec":{"storageClassName":"other"}}`))
 		if err := asNodeA.CoreV1().PersistentVolumes().Delete(ctx, "e2e-own-a", metav1.DeleteOptions{}); err != nil {
 			t.Errorf("node-a's driver deleting its PV: %v", err)
 		}

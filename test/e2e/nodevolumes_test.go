@@ -59,8 +59,16 @@ func TestNodeCreatesPVsOnlyForClaimsScheduledToIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pvc := range []*v1.PersistentVolumeClaim{unplaced, elsewhere} {
-		pv := nodePV(ns+"-"+pvc.Name, "node-a", class)
+	for _, tt := range []struct {
+		pvc  *v1.PersistentVolumeClaim
+		want string
+	}{
+		{unplaced, "claim " + ns + "/unplaced is scheduled to no node"},
+		{elsewhere, "claim " + ns + "/elsewhere is scheduled to node-b"},
+	} {
+		// Named, sized and classed as the provisioner's own PV would be.
+		pvc := tt.pvc
+		pv := nodePV("pvc-"+string(pvc.UID), "node-a", class)
 		pv.Spec.ClaimRef = &v1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1",
 			Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID}
 		_, err := asNodeA.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
@@ -74,7 +82,7 @@ func TestNodeCreatesPVsOnlyForClaimsScheduledToIt(t *testing.T) {
 				pv.Name, pvc.Name, pvc.Annotations[webhook.SelectedNodeAnnotation], bound)
 			continue
 		}
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only for a claim scheduled to node-a") {
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only for a claim scheduled to node-a") || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("node-a's driver creating a PV for claim %s: %v, want the webhook's refusal", pvc.Name, err)
 		}
 	}
