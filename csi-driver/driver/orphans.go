@@ -25,6 +25,11 @@ type OrphanFinder interface {
 	// VolumeSnapshotContent of this driver has as its snapshot handle,
 	// asking the API server.
 	SnapshotsWithoutContent(ctx context.Context, ids []string) ([]string, error)
+	// ClaimWaits reports whether the claim namespace/name, which the
+	// volume called volumeName was made for, may still get a PV for it:
+	// it exists, is the claim the volume was made for, and is bound to
+	// no other PV. It asks the API server and fails when it cannot tell.
+	ClaimWaits(ctx context.Context, namespace, name, volumeName string) (bool, error)
 	// DisksOfPVs counts, by disk name, the PersistentVolumes of this
 	// driver on the node, from the cache; nil before the cache is filled.
 	DisksOfPVs(node string) map[string]int
@@ -35,7 +40,11 @@ type OrphanFinder interface {
 // and removes only what provably never had such an object: the claim was
 // deleted while its volume was provisioned, so CreateVolume succeeded and
 // no PV was ever made (external-provisioner cannot call DeleteVolume for a
-// volume it has no PV for). Whatever once had a PV is kept, data and all,
+// volume it has no PV for). A volume whose claim still exists and is bound
+// to no other PV is kept however long it has been without one:
+// external-provisioner saves the PV only once it can (an API server or a
+// fail-closed webhook that is down longer than the grace period), and its
+// retries of the PV save back off to about 17 minutes. Whatever once had a PV is kept, data and all,
 // when the PV goes without a DeleteVolume: a PV with reclaim policy Retain
 // deleted by an admin, or a control plane restored from an older backup.
 // Such volumes are reported in the DiskNode and removed only through the
@@ -82,6 +91,9 @@ type swept struct {
 	name    string
 	created time.Time
 	refs    backend.Refs
+	// claimNamespace and claimName name the claim a volume was made
+	// for, when its creation said.
+	claimNamespace, claimName string
 }
 
 // refKind is what the sweep needs to know about volumes or snapshots.
@@ -93,6 +105,9 @@ type refKind struct {
 	// without returns those of ids that nothing refers to; confirm asks
 	// the API server rather than a cache.
 	without func(ctx context.Context, ids []string, confirm bool) ([]string, error)
+	// waits reports whether something still waits for an item nothing
+	// refers to, so that it must not be removed; nil when nothing can.
+	waits func(ctx context.Context, it swept) (bool, error)
 	// get and set read and replace a record's Refs; remove deletes it.
 	get    func(ctx context.Context, dk *disk, key string) (time.Time, backend.Refs, error)
 	set    func(ctx context.Context, dk *disk, key string, refs backend.Refs) error
@@ -104,6 +119,12 @@ func (d *Driver) volumeRefs() refKind {
 		name: orphanVolume, lock: "volume/",
 		without: func(ctx context.Context, ids []string, confirm bool) ([]string, error) {
 			return d.cfg.Orphans.VolumesWithoutPV(ctx, ids, confirm)
+		},
+		waits: func(ctx context.Context, it swept) (bool, error) {
+			if it.claimName == "" {
+				return false, nil
+			}
+			return d.cfg.Orphans.ClaimWaits(ctx, it.claimNamespace, it.claimName, it.name)
 		},
 		get: func(ctx context.Context, dk *disk, key string) (time.Time, backend.Refs, error) {
 			v, err := dk.backend.GetVolume(ctx, key)
@@ -158,7 +179,8 @@ func (d *Driver) sweepOrphans(ctx context.Context) {
 			continue
 		}
 		for _, v := range vs {
-			vols = append(vols, swept{dk: dk, key: v.Key, name: v.Name, created: v.CreatedAt, refs: v.Refs})
+			vols = append(vols, swept{dk: dk, key: v.Key, name: v.Name, created: v.CreatedAt, refs: v.Refs,
+				claimNamespace: v.PVCNamespace, claimName: v.PVCName})
 		}
 		if !dk.backend.SupportsSnapshots() {
 			continue
@@ -326,6 +348,14 @@ func (d *Driver) removeOrphans(ctx context.Context, kind refKind, candidates []s
 		it, ok := byID[id]
 		if !ok {
 			continue
+		}
+		if kind.waits != nil {
+			waits, err := kind.waits(ctx, it)
+			if err != nil || waits {
+				logger.Info("Keeping an item nothing refers to yet: what it was made for still waits for it, or cannot be read",
+					"kind", kind.name, "id", id, "name", it.name, "claim", klog.KRef(it.claimNamespace, it.claimName), "err", err)
+				continue
+			}
 		}
 		err := d.removeOrphan(ctx, kind, it)
 		switch {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/informers"
 	k8stesting "k8s.io/client-go/testing"
@@ -583,6 +585,10 @@ func (f *raceFinder) SnapshotsWithoutContent(_ context.Context, ids []string) ([
 
 func (f *raceFinder) DisksOfPVs(string) map[string]int { return nil }
 
+func (f *raceFinder) ClaimWaits(context.Context, string, string, string) (bool, error) {
+	return false, nil
+}
+
 // sweepPastGrace sweeps twice with finder and a one-minute grace period,
 // two minutes apart: the first sweep finds what has no API object, the
 // second removes it. between runs between the sweeps.
@@ -643,6 +649,10 @@ func (f *snapshotRaceFinder) SnapshotsWithoutContent(_ context.Context, ids []st
 
 func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int { return nil }
 
+func (f *snapshotRaceFinder) ClaimWaits(context.Context, string, string, string) (bool, error) {
+	return false, nil
+}
+
 // A snapshot whose CreateSnapshot (an idempotent retry of a snapshotter
 // that could not record the snapshot's handle for a while) succeeds during
 // a sweep that found no VolumeSnapshotContent for it is kept: the
@@ -674,5 +684,66 @@ func TestSweepKeepsWhatCreateSnapshotJustReturned(t *testing.T) {
 		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.Snapshot.SnapshotId}}}
 	if _, err := e.d.CreateVolume(e.ctx, restore); err != nil {
 		t.Errorf("CreateSnapshot just answered ready for %s, and the sweep then removed it: restoring it: %v", snap.Snapshot.SnapshotId, err)
+	}
+}
+
+// TestOrphanSweepKeepsVolumeWhoseClaimStillWaits: CreateVolume succeeded
+// but external-provisioner could not save the PV for longer than the grace
+// period (the API server unreachable, or diskfit-webhook, which a node's
+// PV creation must pass, without a replica), and it saves it only when its
+// backoff (up to about 17 minutes) ends. The claim the volume was made for
+// still exists and waits for it, so the sweep keeps the volume, data and
+// all (for a restore or a clone, the copy): the PV, once saved, must point
+// at it. Only a volume whose claim is gone (deleted, or made again under
+// another UID) or bound to another PV is removed.
+func TestOrphanSweepKeepsVolumeWhoseClaimStillWaits(t *testing.T) {
+	const uid = "0b5c3f2e-1111-2222-3333-444455556666"
+	claimFor := func(e *orphanEnv, name string, uid types.UID, volumeName string) {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: uid,
+			Annotations: map[string]string{"volume.kubernetes.io/selected-node": testNode}}}
+		pvc.Spec.VolumeName = volumeName
+		if _, err := e.kube.CoreV1().PersistentVolumeClaims("default").Create(e.ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tt := range []struct {
+		name    string
+		claim   func(e *orphanEnv)
+		apiDown bool // PVs cannot be listed until after the grace period
+		kept    bool
+	}{
+		{name: "claim waits", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "") }, kept: true},
+		{name: "claim waits after an API outage", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "") }, apiDown: true, kept: true},
+		{name: "claim bound to the volume's PV name", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "pvc-"+uid) }, kept: true},
+		{name: "claim gone", claim: func(*orphanEnv) {}},
+		{name: "claim made again", claim: func(e *orphanEnv) { claimFor(e, "data", "another-uid", "") }},
+		{name: "claim bound to another PV", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "pv-static") }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newOrphanEnv(t, true)
+			var down atomic.Bool
+			e.kube.PrependReactor("list", "persistentvolumes", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if down.Load() {
+					return true, nil, errors.New("the API server is unreachable")
+				}
+				return false, nil, nil
+			})
+			tt.claim(e)
+			req := createReq("pvc-"+uid, 300*mi)
+			req.Parameters = map[string]string{diskfit.PVCNamespaceKey: "default", diskfit.PVCNameKey: "data"}
+			vol := e.mustCreate(t, req).VolumeId
+			down.Store(tt.apiDown)
+			first := time.Now()
+			for _, after := range []time.Duration{0, orphanGrace / 2, orphanGrace + time.Minute} {
+				e.d.now = func() time.Time { return first.Add(after) }
+				e.d.sweepOrphans(e.ctx)
+			}
+			down.Store(false)
+			e.d.now = func() time.Time { return first.Add(orphanGrace + 2*time.Minute) }
+			e.d.sweepOrphans(e.ctx)
+			if got := slices.Contains(e.remaining(t), vol); got != tt.kept {
+				t.Errorf("volume %s kept: %v, want %v", vol, got, tt.kept)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -234,6 +235,22 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 		return nil, fmt.Errorf("listing PVs: %w", err)
 	}
 	return without(uncached, handles), nil
+}
+
+// ClaimWaits implements driver.OrphanFinder. external-provisioner names a
+// volume after its claim's UID (pvc-<UID>), so a claim of that name whose
+// UID the volume's name does not end with is another claim made under the
+// same name. The claim is read from the API server, not a cache.
+func (f *OrphanFinder) ClaimWaits(ctx context.Context, namespace, name, volumeName string) (bool, error) {
+	claim, err := f.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading claim %s/%s: %w", namespace, name, err)
+	}
+	return strings.HasSuffix(volumeName, string(claim.UID)) &&
+		(claim.Spec.VolumeName == "" || claim.Spec.VolumeName == volumeName), nil
 }
 
 // SnapshotsWithoutContent implements driver.OrphanFinder (see
