@@ -159,7 +159,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	undo := func() {
 		if attached == "" {
-			d.detachAfterFailedStage(ctx, dk, key, req.GetVolumeId(), dev)
+			// Also when the caller has given up: a loop device left
+			// attached holds the volume for good.
+			d.detachAfterFailedStage(context.WithoutCancel(ctx), dk, key, req.GetVolumeId(), dev)
 		}
 	}
 	d.cfg.Faults.Reach(fault.NodeStageVolumeAttached)
@@ -432,7 +434,15 @@ func (d *Driver) mountedDevice(path string) (string, error) {
 // growExtOffline grows an ext4 filesystem that is smaller than its device.
 // This kernel refuses ext4 online resize, so NodeExpandVolume cannot do it
 // while mounted; staging is the next moment the filesystem is offline.
+//
+// e2fsck and resize2fs run to their end whatever the caller does: the
+// kubelet gives up on NodeStageVolume after 2 minutes, and resize2fs
+// killed while it moves blocks leaves the filesystem marked in error (a
+// grow killed at every attempt would also never end). The caller holds
+// the volume's lock meanwhile, so the kubelet's retries wait for it, and
+// are Aborted when they give up.
 func (d *Driver) growExtOffline(ctx context.Context, dev string) error {
+	ctx = context.WithoutCancel(ctx)
 	format, err := d.mounter.GetDiskFormat(dev)
 	if err != nil || (format != "ext4" && format != "ext3") {
 		return nil

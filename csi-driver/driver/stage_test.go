@@ -16,6 +16,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	utilexec "k8s.io/utils/exec"
 
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
@@ -610,4 +612,75 @@ func (e *env) copySource(t *testing.T, name string, size int64, cap *csi.VolumeC
 		t.Fatal(err)
 	}
 	return src, snap.Snapshot
+}
+
+// slowResize runs resize2fs after a pause, as growing a large ext4 takes,
+// and leaves a marker once resize2fs has finished.
+type slowResize struct {
+	utilexec.Interface
+	marker string
+}
+
+func (s *slowResize) CommandContext(ctx context.Context, cmd string, args ...string) utilexec.Cmd {
+	if cmd == "resize2fs" {
+		return s.Interface.CommandContext(ctx, "sh", "-c", `sleep 2 && resize2fs "$1" && touch "$2"`, "_", args[len(args)-1], s.marker)
+	}
+	return s.Interface.CommandContext(ctx, cmd, args...)
+}
+
+// TestOfflineGrowOutlivesTheRequest: a restore of an ext4 volume into a
+// larger claim is grown offline (e2fsck, resize2fs) by its first stage.
+// The kubelet gives NodeStageVolume 2 minutes and then gives up on it;
+// resize2fs is not safe to kill (the filesystem is marked in error while
+// it moves blocks), and a grow killed at every attempt would never end.
+// So the grow runs to its end whatever the caller does, the volume's lock
+// keeps the kubelet's retry waiting (Aborted when it gives up), and a
+// later stage finds the data and the whole volume.
+func TestOfflineGrowOutlivesTheRequest(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+	cap := withFS(mountCap(), "ext4")
+	_, snap := e.copySource(t, "pvc-grow-src", 256*mi, cap)
+	req := createReq("pvc-grow", 768*mi)
+	req.VolumeCapabilities = []*csi.VolumeCapability{cap}
+	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.SnapshotId}}}
+	vol := e.mustCreate(t, req)
+
+	marker := filepath.Join(t.TempDir(), "resized")
+	e.d.exec = &slowResize{Interface: e.d.exec, marker: marker}
+	staging := filepath.Join(e.kubelet, "plugins", "staging", "grow")
+	stage := func(ctx context.Context) error {
+		_, err := e.d.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeCapability: cap})
+		return err
+	}
+	// The kubelet's deadline, scaled down: it passes while resize2fs runs.
+	ctx, cancel := context.WithTimeout(e.ctx, time.Second)
+	defer cancel()
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- stage(ctx) }()
+	<-ctx.Done()
+	// The kubelet's retry, while the first stage still grows the volume.
+	retryCtx, retryCancel := context.WithTimeout(e.ctx, 500*time.Millisecond)
+	defer retryCancel()
+	if err := stage(retryCtx); status.Code(err) != codes.Aborted {
+		t.Errorf("a stage while the grow runs: %v, want Aborted", err)
+	}
+	t.Logf("the stage given a 1 s deadline: %v", <-firstDone)
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("resize2fs did not finish: it was killed when the request's deadline passed")
+	}
+	if err := stage(e.ctx); err != nil {
+		t.Fatalf("staging again: %v", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(staging, "data")); err != nil || string(data) != "copied" {
+		t.Errorf("the restored volume reads %q, %v", data, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(staging, &st); err != nil {
+		t.Fatal(err)
+	}
+	if fsBytes := int64(st.Blocks) * st.Frsize; fsBytes < 700*mi {
+		t.Errorf("the staged filesystem has %d MiB on a volume of %d MiB", fsBytes/mi, vol.CapacityBytes/mi)
+	}
+	e.teardown(t, vol.VolumeId, staging)
 }
