@@ -270,6 +270,7 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 		pvc = req.PVCNamespace + "/" + req.PVCName
 	}
 	var copyFrom string
+	content := ContentNone
 	switch {
 	case req.FromSnapshot != "":
 		copyFrom = snapPrefix + req.FromSnapshot
@@ -292,15 +293,19 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 			return nil, fmt.Errorf("source volume %s: %w (its device is open: mounted, or a pod's Block device); "+
 				"clone it once no pod uses it, or take a VolumeSnapshot and restore it", req.FromVolume, ErrInUse)
 		}
+		// A copy holds what its source held (a snapshot records what its
+		// origin held when it was taken): a filesystem or a Block
+		// volume's data, never formatted; or, of a source no stage ever
+		// got to, nothing a pod wrote, so its first stage formats it as
+		// a new volume's. A source of an older driver, whose record does
+		// not say, counts as holding a filesystem.
+		content = src.content
+		if content == ContentUnknown {
+			content = ContentFilesystem
+		}
 	}
 	if err := l.clearLeftover(ctx, name); err != nil {
 		return nil, err
-	}
-	// A copy carries its source's filesystem and is never formatted. (An
-	// LV is never proven blank: its extents may hold an earlier LV's data.)
-	content := ContentNone
-	if copyFrom != "" {
-		content = ContentFilesystem
 	}
 	err := l.space.allocate(ctx, l.Usage, roundExtent(req.SizeBytes), func() error {
 		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(name, req.Name, pvc, "", req.SizeBytes, false, content, sourceTags(req)...)...)
@@ -501,7 +506,7 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 	// A thick snapshot takes its whole copy-on-write area from the volume
 	// group when it is made.
 	err = l.space.allocate(ctx, l.Usage, cowSize(src.SizeBytes), func() error {
-		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true, ContentUnknown)...)
+		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true, src.Content)...)
 		return noSpace(err)
 	})
 	if err != nil {

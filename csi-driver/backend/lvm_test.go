@@ -79,7 +79,7 @@ func TestLVMLifecycle(t *testing.T) {
 	// The copy-on-write area holds the 20 MiB and dm-snapshot's metadata:
 	// 6 extents; the snapshot's size is its source's.
 	if !contains(run.Calls, "lvcreate --yes --name s-s1 --size 25165824b --addtag diskfit.name="+base64.RawURLEncoding.EncodeToString([]byte("snap"))+
-		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.source=k1 --addtag diskfit.snapshot"+
+		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.content=none --addtag diskfit.source=k1 --addtag diskfit.snapshot"+
 		" --addtag diskfit.size=20971520 --chunksize 4k --snapshot vg0/v-k1") {
 		t.Errorf("snapshot command missing: %q", run.Calls)
 	}
@@ -361,17 +361,41 @@ func TestLVMContent(t *testing.T) {
 	if got := content("k"); got != ContentNone {
 		t.Errorf("new volume holds %q, want %q", got, ContentNone)
 	}
-	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "c", Name: "c", SizeBytes: 4 * mi, FromVolume: "k"}); err != nil {
+	// A copy holds what its source held: a copy of a volume never
+	// staged is formatted by its first stage as a new volume is (recorded
+	// as a filesystem, no stage could mount it, and none would format
+	// it), and a copy of a Block volume is never formatted either. A
+	// snapshot records what its origin held when it was taken, for its
+	// restores.
+	if _, err := l.CreateSnapshot(ctx, "s-blank", "s-blank", "k"); err != nil {
 		t.Fatal(err)
 	}
-	if got := content("c"); got != ContentFilesystem {
-		t.Errorf("clone holds %q, want %q", got, ContentFilesystem)
+	for _, held := range []Content{ContentNone, ContentFilesystem, ContentBlock} {
+		if err := l.SetVolumeContent(ctx, "k", held); err != nil {
+			t.Fatal(err)
+		}
+		clone, snap, restore := "clone-"+string(held), "s-"+string(held), "restore-"+string(held)
+		if _, err := l.CreateVolume(ctx, CreateRequest{Key: clone, Name: clone, SizeBytes: 4 * mi, FromVolume: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.CreateSnapshot(ctx, snap, snap, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetVolumeContent(ctx, "k", ContentFilesystem); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.CreateVolume(ctx, CreateRequest{Key: restore, Name: restore, SizeBytes: 4 * mi, FromSnapshot: snap}); err != nil {
+			t.Fatal(err)
+		}
+		if got := content(clone); got != held {
+			t.Errorf("clone of a volume holding %q holds %q", held, got)
+		}
+		if got := content(restore); got != held {
+			t.Errorf("restore of a snapshot of a volume holding %q holds %q", held, got)
+		}
 	}
-	if _, err := l.CreateSnapshot(ctx, "s", "s", "k"); err != nil {
+	if err := l.SetVolumeContent(ctx, "k", ContentNone); err != nil {
 		t.Fatal(err)
-	}
-	if tags := strings.Join(run.LVs["s-s"].Tags, ","); strings.Contains(tags, tagContent) {
-		t.Errorf("snapshot LV tagged with content: %s", tags)
 	}
 	for _, want := range []Content{ContentFilesystem, ContentFilesystem, ContentBlock} {
 		if err := l.SetVolumeContent(ctx, "k", want); err != nil {
