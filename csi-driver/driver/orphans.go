@@ -26,10 +26,11 @@ type OrphanFinder interface {
 	// asking the API server.
 	SnapshotsWithoutContent(ctx context.Context, ids []string) ([]string, error)
 	// ClaimWaits reports whether the claim namespace/name, which the
-	// volume called volumeName was made for, may still get a PV for it:
-	// it exists, is the claim the volume was made for, and is bound to
-	// no other PV. It asks the API server and fails when it cannot tell.
-	ClaimWaits(ctx context.Context, namespace, name, volumeName string) (bool, error)
+	// volume volumeID called volumeName was made for, may still get a PV
+	// for it: it exists, is the claim the volume was made for, and is
+	// bound to no PV but one that refers to the volume. It asks the API
+	// server and fails when it cannot tell.
+	ClaimWaits(ctx context.Context, namespace, name, volumeID, volumeName string) (bool, error)
 	// DisksOfPVs counts, by disk name, the PersistentVolumes of this
 	// driver on the node, from the cache; nil before the cache is filled.
 	DisksOfPVs(node string) map[string]int
@@ -124,7 +125,7 @@ func (d *Driver) volumeRefs() refKind {
 			if it.claimName == "" {
 				return false, nil
 			}
-			return d.cfg.Orphans.ClaimWaits(ctx, it.claimNamespace, it.claimName, it.name)
+			return d.cfg.Orphans.ClaimWaits(ctx, it.claimNamespace, it.claimName, makeID(it.dk.name, it.key), it.name)
 		},
 		get: func(ctx context.Context, dk *disk, key string) (time.Time, backend.Refs, error) {
 			v, err := dk.backend.GetVolume(ctx, key)

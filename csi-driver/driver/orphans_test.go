@@ -585,7 +585,7 @@ func (f *raceFinder) SnapshotsWithoutContent(_ context.Context, ids []string) ([
 
 func (f *raceFinder) DisksOfPVs(string) map[string]int { return nil }
 
-func (f *raceFinder) ClaimWaits(context.Context, string, string, string) (bool, error) {
+func (f *raceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
 }
 
@@ -649,7 +649,7 @@ func (f *snapshotRaceFinder) SnapshotsWithoutContent(_ context.Context, ids []st
 
 func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int { return nil }
 
-func (f *snapshotRaceFinder) ClaimWaits(context.Context, string, string, string) (bool, error) {
+func (f *snapshotRaceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
 }
 
@@ -718,6 +718,11 @@ func TestOrphanSweepKeepsVolumeWhoseClaimStillWaits(t *testing.T) {
 		{name: "claim gone", claim: func(*orphanEnv) {}},
 		{name: "claim made again", claim: func(e *orphanEnv) { claimFor(e, "data", "another-uid", "") }},
 		{name: "claim bound to another PV", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "pv-static") }},
+		// Provisioned again on another node, whose PV has the same name.
+		{name: "claim bound on another node", claim: func(e *orphanEnv) {
+			claimFor(e, "data", uid, "pvc-"+uid)
+			e.addPVOn(t, "pvc-"+uid, "only:pvc-"+uid, "node-b")
+		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newOrphanEnv(t, true)

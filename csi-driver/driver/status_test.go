@@ -19,7 +19,9 @@ func (pvDisks) SnapshotsWithoutContent(_ context.Context, _ []string) ([]string,
 }
 func (p pvDisks) DisksOfPVs(string) map[string]int { return p }
 
-func (pvDisks) ClaimWaits(context.Context, string, string, string) (bool, error) { return false, nil }
+func (pvDisks) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
+	return false, nil
+}
 
 // A disk that this node's PVs are on but that the driver does not serve
 // (discovery found its mount gone after a reboot, or the node config lost

@@ -240,17 +240,35 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 // ClaimWaits implements driver.OrphanFinder. external-provisioner names a
 // volume after its claim's UID (pvc-<UID>), so a claim of that name whose
 // UID the volume's name does not end with is another claim made under the
-// same name. The claim is read from the API server, not a cache.
-func (f *OrphanFinder) ClaimWaits(ctx context.Context, namespace, name, volumeName string) (bool, error) {
+// same name; and it names the PV as the volume, so a claim bound under that
+// name is bound to this volume only if that PV refers to it (the claim may
+// have been provisioned again on another node, whose PV has the same
+// name). The claim and the PV are read from the API server, not a cache.
+func (f *OrphanFinder) ClaimWaits(ctx context.Context, namespace, name, volumeID, volumeName string) (bool, error) {
 	claim, err := f.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("reading claim %s/%s: %w", namespace, name, err)
+	case !strings.HasSuffix(volumeName, string(claim.UID)):
+		return false, nil
+	case claim.Spec.VolumeName == "":
+		return true, nil
+	case claim.Spec.VolumeName != volumeName:
+		return false, nil
 	}
-	return strings.HasSuffix(volumeName, string(claim.UID)) &&
-		(claim.Spec.VolumeName == "" || claim.Spec.VolumeName == volumeName), nil
+	pv, err := f.client.CoreV1().PersistentVolumes().Get(ctx, volumeName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// Bound to a PV that is gone: keep the volume, it may be the
+		// claim's data.
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading PV %s of claim %s/%s: %w", volumeName, namespace, name, err)
+	}
+	handle, ours := f.volumeHandle(pv)
+	return ours && handle == volumeID, nil
 }
 
 // SnapshotsWithoutContent implements driver.OrphanFinder (see
