@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	v1 "k8s.io/api/core/v1"
@@ -21,11 +22,6 @@ import (
 // ValidateVolumePath is the path the API server posts AdmissionReviews of
 // PVs created by the node driver's ServiceAccount to.
 const ValidateVolumePath = "/validate-volume"
-
-// SelectedNodeAnnotation is where the scheduler writes the node of a
-// WaitForFirstConsumer claim, and what a node's external-provisioner
-// provisions the claims of.
-const SelectedNodeAnnotation = "volume.kubernetes.io/selected-node"
 
 // storageProvisionerAnnotation is where the PV controller names the
 // provisioner it hands a claim to; external-provisioner provisions only
@@ -64,7 +60,7 @@ const boundByControllerAnnotation = "pv.kubernetes.io/bound-by-controller"
 // controller, not recycled, and, when that claim still exists, for a claim
 // of diskfit's provisioner bound to no other PV, whose selected node is
 // the node the request's token is bound to, of the PV's class and volume
-// mode and asking for no more than its capacity. A PV for a claim that is
+// mode and access modes and asking for no more than its capacity. A PV for a claim that is
 // gone (deleted, or deleted and created again under a new UID, while its
 // volume was made) is allowed as before: the PV controller releases it
 // and its reclaim policy applies; its name ties it to that claim alone.
@@ -113,7 +109,7 @@ func (v *volumeValidator) admit(ctx context.Context, req *admissionv1.AdmissionR
 		return v.forbid(deny, node, "PV %s is not a CSI volume of %s", pv.Name, diskfit.DriverName)
 	case pv.Spec.PersistentVolumeReclaimPolicy == v1.PersistentVolumeReclaimRecycle:
 		return v.forbid(deny, node, "PV %s has reclaim policy Recycle", pv.Name)
-	case pv.Annotations[boundByControllerAnnotation] != "":
+	case metav1.HasAnnotation(pv.ObjectMeta, boundByControllerAnnotation):
 		return v.forbid(deny, node, "PV %s carries %s, which only the PV controller sets", pv.Name, boundByControllerAnnotation)
 	}
 
@@ -137,7 +133,7 @@ func (v *volumeValidator) admit(ctx context.Context, req *admissionv1.AdmissionR
 func (v *volumeValidator) forbid(deny func(int32, metav1.StatusReason, string, string) (*admissionv1.AdmissionResponse, string),
 	node, format string, args ...any) (*admissionv1.AdmissionResponse, string) {
 	return deny(http.StatusForbidden, metav1.StatusReasonForbidden, outcomeDenied,
-		fmt.Sprintf("the diskfit node driver of %s may create a PV only for a claim scheduled to %s (%s): ", node, node, SelectedNodeAnnotation)+
+		fmt.Sprintf("the diskfit node driver of %s may create a PV only for a claim scheduled to %s (%s): ", node, node, diskfit.SelectedNodeAnnotation)+
 			fmt.Sprintf(format, args...))
 }
 
@@ -153,7 +149,7 @@ func mismatch(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim, node str
 	claimMode := ptr.Deref(claim.Spec.VolumeMode, v1.PersistentVolumeFilesystem)
 	pvMode := ptr.Deref(pv.Spec.VolumeMode, v1.PersistentVolumeFilesystem)
 	capacity, request := pv.Spec.Capacity[v1.ResourceStorage], claim.Spec.Resources.Requests[v1.ResourceStorage]
-	selected, scheduled := claim.Annotations[SelectedNodeAnnotation]
+	selected, scheduled := claim.Annotations[diskfit.SelectedNodeAnnotation]
 	switch {
 	case claim.Spec.VolumeName != "" && claim.Spec.VolumeName != pv.Name:
 		return fmt.Sprintf("claim %s is bound to PV %s", claimRef, claim.Spec.VolumeName)
@@ -167,6 +163,10 @@ func mismatch(pv *v1.PersistentVolume, claim *v1.PersistentVolumeClaim, node str
 		return fmt.Sprintf("PV %s is of class %q, not the claim's %q", pv.Name, pv.Spec.StorageClassName, class)
 	case pvMode != claimMode:
 		return fmt.Sprintf("PV %s has volume mode %s, not the claim's %s", pv.Name, pvMode, claimMode)
+	case !slices.Equal(pv.Spec.AccessModes, claim.Spec.AccessModes):
+		// external-provisioner copies them; other modes would keep the
+		// claim from binding to the one PV its name allows.
+		return fmt.Sprintf("PV %s has access modes %v, not the claim's %v", pv.Name, pv.Spec.AccessModes, claim.Spec.AccessModes)
 	case capacity.Cmp(request) < 0:
 		return fmt.Sprintf("PV %s has capacity %s, which is less than the claim's request %s", pv.Name, capacity.String(), request.String())
 	}

@@ -33,9 +33,10 @@ func scheduledClaim(name, node string) *v1.PersistentVolumeClaim {
 	c := claim(name, ptr.To("diskfit"))
 	c.UID = types.UID("uid-" + name)
 	c.Spec.Resources.Requests = v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Gi")}
+	c.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce}
 	c.Annotations = map[string]string{storageProvisionerAnnotation: diskfit.DriverName}
 	if node != "" {
-		c.Annotations[SelectedNodeAnnotation] = node
+		c.Annotations[diskfit.SelectedNodeAnnotation] = node
 	}
 	return c
 }
@@ -51,6 +52,7 @@ func pvFor(c *v1.PersistentVolumeClaim) *v1.PersistentVolume {
 				Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: c.Namespace, Name: c.Name, UID: c.UID,
 			},
 			StorageClassName:              ptr.Deref(c.Spec.StorageClassName, ""),
+			AccessModes:                   c.Spec.AccessModes,
 			Capacity:                      c.Spec.Resources.Requests,
 			PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimDelete,
 			PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{
@@ -116,6 +118,11 @@ func TestNodeDriverCreatesPVsOnlyForClaimsScheduledToItsNode(t *testing.T) {
 	second.Name = "decoy"
 	boundByController := pvFor(onA)
 	boundByController.Annotations["pv.kubernetes.io/bound-by-controller"] = "yes"
+	// The PV controller looks for the key, whatever its value.
+	boundByControllerEmpty := pvFor(onA)
+	boundByControllerEmpty.Annotations["pv.kubernetes.io/bound-by-controller"] = ""
+	otherModes := pvFor(onA)
+	otherModes.Spec.AccessModes = []v1.PersistentVolumeAccessMode{v1.ReadWriteMany}
 	otherClass := pvFor(onA)
 	otherClass.Spec.StorageClassName = "fast"
 	smaller := pvFor(onA)
@@ -150,6 +157,8 @@ func TestNodeDriverCreatesPVsOnlyForClaimsScheduledToItsNode(t *testing.T) {
 		{"with a token bound to no node", pvFor(onA), "", "bound to no node may not create PVs"},
 		{"a second one for the claim", second, "node-a", "PV decoy is not named pvc-uid-on-a"},
 		{"marked bound by the PV controller", boundByController, "node-a", "pv.kubernetes.io/bound-by-controller"},
+		{"marked bound by the PV controller, empty", boundByControllerEmpty, "node-a", "pv.kubernetes.io/bound-by-controller"},
+		{"of other access modes", otherModes, "node-a", "access modes [ReadWriteMany], not the claim's [ReadWriteOnce]"},
 		{"of another class", otherClass, "node-a", `of class "fast", not the claim's "diskfit"`},
 		{"smaller than the claim", smaller, "node-a", "capacity 1Mi, which is less than the claim's request 1Gi"},
 		{"of another volume mode", block, "node-a", "volume mode Block, not the claim's Filesystem"},

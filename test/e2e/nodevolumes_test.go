@@ -54,7 +54,7 @@ func TestNodeCreatesPVsOnlyForClaimsScheduledToIt(t *testing.T) {
 	unplaced := newPVC(t, ns, "unplaced", class, 300*mi)
 	// Placed on node-b by hand: node-b's provisioner provisions it.
 	elsewhere := claim("elsewhere", class, 300*mi)
-	elsewhere.Annotations = map[string]string{webhook.SelectedNodeAnnotation: "node-b"}
+	elsewhere.Annotations = map[string]string{diskfit.SelectedNodeAnnotation: "node-b"}
 	elsewhere, err = kube.CoreV1().PersistentVolumeClaims(ns).Create(ctx, elsewhere, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,7 @@ func TestNodeCreatesPVsOnlyForClaimsScheduledToIt(t *testing.T) {
 				return err == nil && got.Spec.VolumeName == pv.Name, nil
 			}) == nil
 			t.Errorf("node-a's driver created PV %s pre-bound to claim %s (selected node %q); the claim was bound to it: %v",
-				pv.Name, pvc.Name, pvc.Annotations[webhook.SelectedNodeAnnotation], bound)
+				pv.Name, pvc.Name, pvc.Annotations[diskfit.SelectedNodeAnnotation], bound)
 			continue
 		}
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only for a claim scheduled to node-a") || !strings.Contains(err.Error(), tt.want) {
