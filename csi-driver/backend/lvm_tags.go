@@ -162,7 +162,7 @@ func sourceTags(req CreateRequest) []string {
 // createArgs builds the lvcreate command line for a volume or snapshot of
 // size bytes. A snapshot is a thick LVM snapshot of its source with room
 // for the whole source to change (cowSize). content is the volume's
-// Content, ContentUnknown for a snapshot. tags are more tags the LV is
+// Content, for a snapshot its origin's when taken. tags are more tags the LV is
 // made with (a copy's sourceTags): lvcreate adds them with the others,
 // so no LV is left without them.
 func (l *LVM) createArgs(lvName, csiName, pvc, source string, size int64, snapshot bool, content Content, tags ...string) []string {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -161,7 +162,9 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if attached == "" {
 			// Also when the caller has given up: a loop device left
 			// attached holds the volume for good.
-			d.detachAfterFailedStage(context.WithoutCancel(ctx), dk, key, req.GetVolumeId(), dev)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			defer cancel()
+			d.detachAfterFailedStage(ctx, dk, key, req.GetVolumeId(), dev)
 		}
 	}
 	d.cfg.Faults.Reach(fault.NodeStageVolumeAttached)
@@ -220,6 +223,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	klog.FromContext(ctx).V(2).Info("Staged volume", "volume", req.GetVolumeId(), "device", dev, "path", staging, "fsType", fsType)
 	return &csi.NodeStageVolumeResponse{}, nil
 }
+
+// undoTimeout bounds the undo of a failed stage once its caller has gone:
+// detaching is quick unless the disk or lvm2 hangs, and the volume's lock
+// is held meanwhile.
+const undoTimeout = time.Minute
 
 // detachAfterFailedStage detaches the device a failed stage attached,
 // unless something (a publication) uses it: a detached loop device that

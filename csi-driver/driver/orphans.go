@@ -326,19 +326,29 @@ func (d *Driver) referenced(ctx context.Context, kind refKind, id string) {
 	d.updateRefs(ctx, kind, swept{dk: dk, key: key}, func(backend.Refs) backend.Refs { return backend.Refs{} })
 }
 
-// removeOrphans asks the API server to confirm that nothing refers to the
-// candidates and removes those.
+// removeOrphans leaves out the candidates something still waits for, asks
+// the API server to confirm that nothing refers to the others, and
+// removes those. (Waiting is asked first: a volume whose claim waits may
+// stay a candidate for long, and the confirmation lists every PV.)
 func (d *Driver) removeOrphans(ctx context.Context, kind refKind, candidates []swept) {
-	if len(candidates) == 0 {
-		return
-	}
 	logger := klog.FromContext(ctx)
 	byID := map[string]swept{}
 	ids := make([]string, 0, len(candidates))
 	for _, it := range candidates {
 		id := makeID(it.dk.name, it.key)
+		if kind.waits != nil {
+			waits, err := kind.waits(ctx, it)
+			if err != nil || waits {
+				logger.Info("Keeping an item nothing refers to yet: what it was made for still waits for it, or cannot be read",
+					"kind", kind.name, "id", id, "name", it.name, "claim", klog.KRef(it.claimNamespace, it.claimName), "err", err)
+				continue
+			}
+		}
 		byID[id] = it
 		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return
 	}
 	orphans, err := kind.without(ctx, ids, true)
 	if err != nil {
@@ -349,14 +359,6 @@ func (d *Driver) removeOrphans(ctx context.Context, kind refKind, candidates []s
 		it, ok := byID[id]
 		if !ok {
 			continue
-		}
-		if kind.waits != nil {
-			waits, err := kind.waits(ctx, it)
-			if err != nil || waits {
-				logger.Info("Keeping an item nothing refers to yet: what it was made for still waits for it, or cannot be read",
-					"kind", kind.name, "id", id, "name", it.name, "claim", klog.KRef(it.claimNamespace, it.claimName), "err", err)
-				continue
-			}
 		}
 		err := d.removeOrphan(ctx, kind, it)
 		switch {

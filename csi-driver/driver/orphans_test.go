@@ -698,9 +698,10 @@ func TestSweepKeepsWhatCreateSnapshotJustReturned(t *testing.T) {
 // another UID) or bound to another PV is removed.
 func TestOrphanSweepKeepsVolumeWhoseClaimStillWaits(t *testing.T) {
 	const uid = "0b5c3f2e-1111-2222-3333-444455556666"
+	selected := testNode
 	claimFor := func(e *orphanEnv, name string, uid types.UID, volumeName string) {
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: uid,
-			Annotations: map[string]string{"volume.kubernetes.io/selected-node": testNode}}}
+			Annotations: map[string]string{"volume.kubernetes.io/selected-node": selected}}}
 		pvc.Spec.VolumeName = volumeName
 		if _, err := e.kube.CoreV1().PersistentVolumeClaims("default").Create(e.ctx, pvc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -715,6 +716,13 @@ func TestOrphanSweepKeepsVolumeWhoseClaimStillWaits(t *testing.T) {
 		{name: "claim waits", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "") }, kept: true},
 		{name: "claim waits after an API outage", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "") }, apiDown: true, kept: true},
 		{name: "claim bound to the volume's PV name", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "pvc-"+uid) }, kept: true},
+		// Taken off this node (a reschedule) and scheduled again: no PV
+		// of this node's can be made for it any more (diskfit-webhook).
+		{name: "claim scheduled to another node", claim: func(e *orphanEnv) {
+			selected = "node-b"
+			defer func() { selected = testNode }()
+			claimFor(e, "data", uid, "")
+		}},
 		{name: "claim gone", claim: func(*orphanEnv) {}},
 		{name: "claim made again", claim: func(e *orphanEnv) { claimFor(e, "data", "another-uid", "") }},
 		{name: "claim bound to another PV", claim: func(e *orphanEnv) { claimFor(e, "data", uid, "pv-static") }},

@@ -254,7 +254,10 @@ func (f *OrphanFinder) ClaimWaits(ctx context.Context, namespace, name, volumeID
 	case !strings.HasSuffix(volumeName, string(claim.UID)):
 		return false, nil
 	case claim.Spec.VolumeName == "":
-		return true, nil
+		// Unless scheduled to another node: this node may make no PV for
+		// it then (diskfit-webhook), and another node provisions it.
+		selected, ok := claim.Annotations[diskfit.SelectedNodeAnnotation]
+		return !ok || selected == f.node, nil
 	case claim.Spec.VolumeName != volumeName:
 		return false, nil
 	}

@@ -40,7 +40,7 @@ node-a  nvme0  nvme   file     4Gi       3Gi   1Gi   1        ok      [#########
 
 Volumes without a PersistentVolume (kept with their data; re-create a PV for one, or remove it with diskfit reclaim NODE VOLUME):
   node-a nvme0:pvc-kept 768Mi, claim shop/data-web-0, without a PV for 120m
-  node-a nvme0:pvc-new 300Mi, claim -, without a PV for 10s (never had one: removed by the driver after the orphan grace period)
+  node-a nvme0:pvc-new 300Mi, claim -, without a PV for 10s (never had one: removed by the driver after the orphan grace period, unless its claim still waits for it)
   node-a/nvme0: 1 more
 `
 	checkResult(t, out, err, want, "")

@@ -311,7 +311,7 @@ func describeWithoutPV(node string, d DiskReport, now time.Time) []string {
 		line := fmt.Sprintf("%s %s %s, claim %s, without a PV for %s", node, v.VolumeHandle, packing.FormatBytes(v.SizeBytes),
 			cmp.Or(v.Claim, "-"), duration.HumanDuration(now.Sub(v.Since.Time)))
 		if v.NeverHadPV {
-			line += " (never had one: removed by the driver after the orphan grace period)"
+			line += " (never had one: removed by the driver after the orphan grace period, unless its claim still waits for it)"
 		}
 		lines = append(lines, line)
 	}
