@@ -40,7 +40,7 @@ func main() {
 	fs.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the webhook's Service and certificate Secret (default $POD_NAMESPACE)")
 	fs.StringVar(&o.serviceName, "service-name", "diskfit-webhook", "Service the API server calls; its DNS names go into the serving certificate")
 	fs.StringVar(&o.secretName, "secret-name", "diskfit-webhook-cert", "Secret that holds the serving certificate, shared by all replicas")
-	fs.StringVar(&o.webhookConfigName, "webhook-config-name", "diskfit-webhook", "MutatingWebhookConfiguration whose caBundle is kept in sync with the certificate")
+	fs.StringVar(&o.webhookConfigName, "webhook-config-name", "diskfit-webhook", "MutatingWebhookConfiguration whose caBundle is kept in sync with the certificate; empty when it is not registered (only the nodes' PVs are checked)")
 	fs.StringVar(&o.volumeWebhookConfigName, "volume-webhook-config-name", "diskfit-node-volumes", "ValidatingWebhookConfiguration of the node driver's PVs whose caBundle is kept in sync with the certificate; empty when it is not registered")
 	fs.StringSliceVar(&o.hosts, "cert-hosts", nil, "further DNS names or IP addresses for the serving certificate")
 	fs.IntVar(&o.port, "port", 9443, "HTTPS port of the webhook")

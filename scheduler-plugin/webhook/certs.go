@@ -275,14 +275,17 @@ func sign(template, parent *x509.Certificate, key, parentKey *ecdsa.PrivateKey) 
 // Secret, writes the newer bundle again.
 func (c *certificates) publishCABundle(ctx context.Context, bundle []byte) error {
 	api := c.client.AdmissionregistrationV1()
-	mutating := api.MutatingWebhookConfigurations()
-	err := publishTo(ctx, "MutatingWebhookConfiguration", c.webhookConfigName, bundle, mutating.Get, mutating.Update,
-		func(config *admissionregistrationv1.MutatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
-			for i := range config.Webhooks {
-				ccs = append(ccs, &config.Webhooks[i].ClientConfig)
-			}
-			return ccs
-		})
+	var err error
+	if c.webhookConfigName != "" {
+		mutating := api.MutatingWebhookConfigurations()
+		err = publishTo(ctx, "MutatingWebhookConfiguration", c.webhookConfigName, bundle, mutating.Get, mutating.Update,
+			func(config *admissionregistrationv1.MutatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
+				for i := range config.Webhooks {
+					ccs = append(ccs, &config.Webhooks[i].ClientConfig)
+				}
+				return ccs
+			})
+	}
 	if c.volumeConfigName == "" {
 		return err
 	}

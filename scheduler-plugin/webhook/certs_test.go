@@ -347,3 +347,22 @@ func TestCABundlePublishedToEachConfigurationAlone(t *testing.T) {
 		t.Errorf("validating configuration's caBundle %q, want the Secret's %q", got, want)
 	}
 }
+
+// With only the validating configuration registered (the pods' scheduler
+// left alone), the bundle goes there and nothing else is asked for.
+func TestCABundlePublishedToTheVolumeConfigurationOnly(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewClientset(volumeWebhookConfig())
+	c := newCerts(kube, time.Now(), serviceHosts...)
+	c.webhookConfigName, c.volumeConfigName = "", volumeConfigName
+	if err := c.sync(ctx); err != nil {
+		t.Fatalf("sync with only the validating configuration: %v", err)
+	}
+	cfg, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, volumeConfigName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(cfg.Webhooks[0].ClientConfig.CABundle), string(getSecret(t, kube).Data[CABundleKey]); got != want {
+		t.Errorf("validating configuration's caBundle %q, want the Secret's %q", got, want)
+	}
+}

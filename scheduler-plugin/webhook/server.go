@@ -52,7 +52,8 @@ type Config struct {
 	// SecretName is the Secret that holds the certificate.
 	SecretName string
 	// WebhookConfigName is the MutatingWebhookConfiguration whose caBundle
-	// is kept in sync with the Secret.
+	// is kept in sync with the Secret; empty when it is not registered
+	// (the webhook then only checks the nodes' PVs).
 	WebhookConfigName string
 	// VolumeWebhookConfigName is the ValidatingWebhookConfiguration of
 	// the node driver's PVs whose caBundle is kept in sync with the
@@ -100,8 +101,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("webhook: no Kubernetes client")
 	}
-	if cfg.Namespace == "" || cfg.SecretName == "" || cfg.WebhookConfigName == "" {
-		return nil, errors.New("webhook: namespace, Secret name and webhook configuration name are required")
+	if cfg.Namespace == "" || cfg.SecretName == "" || cfg.WebhookConfigName == "" && cfg.VolumeWebhookConfigName == "" {
+		return nil, errors.New("webhook: namespace, Secret name and a webhook configuration name are required")
 	}
 	if cfg.Address == "" {
 		return nil, errors.New("webhook: no address to serve on")

@@ -37,6 +37,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		{name: "no namespace", modify: func(c *Config) { c.Namespace = "" }, wantErr: "namespace"},
 		{name: "no Secret", modify: func(c *Config) { c.SecretName = "" }, wantErr: "Secret"},
 		{name: "no webhook configuration", modify: func(c *Config) { c.WebhookConfigName = "" }, wantErr: "webhook configuration"},
+		// Only the check of the nodes' PVs, pods left as they are.
+		{name: "only the volume webhook", modify: func(c *Config) { c.WebhookConfigName, c.VolumeWebhookConfigName = "", "volumes" }},
 		{name: "no address", modify: func(c *Config) { c.Address = "" }, wantErr: "address"},
 		{name: "no name for the certificate", modify: func(c *Config) { c.ServiceName = "" }, wantErr: "hosts"},
 		{name: "renewal before validity", modify: func(c *Config) { c.CertValidity, c.CertRenewBefore = time.Hour, 2*time.Hour }, wantErr: "validity"},
