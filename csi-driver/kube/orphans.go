@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -237,13 +236,10 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 	return without(uncached, handles), nil
 }
 
-// ClaimWaits implements driver.OrphanFinder. external-provisioner names a
-// volume after its claim's UID (pvc-<UID>), so a claim of that name whose
-// UID the volume's name does not end with is another claim made under the
-// same name; and it names the PV as the volume, so a claim bound under that
-// name is bound to this volume only if that PV refers to it (the claim may
-// have been provisioned again on another node, whose PV has the same
-// name). The claim and the PV are read from the API server, not a cache.
+// ClaimWaits implements driver.OrphanFinder with diskfit.ClaimWaitsFor;
+// a claim bound under the volume's name waits for it if the PV of that
+// name refers to it or is gone. The claim and the PV are read from the API
+// server, not a cache.
 func (f *OrphanFinder) ClaimWaits(ctx context.Context, namespace, name, volumeID, volumeName string) (bool, error) {
 	claim, err := f.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
@@ -251,24 +247,19 @@ func (f *OrphanFinder) ClaimWaits(ctx context.Context, namespace, name, volumeID
 		return false, nil
 	case err != nil:
 		return false, fmt.Errorf("reading claim %s/%s: %w", namespace, name, err)
-	case !strings.HasSuffix(volumeName, string(claim.UID)):
-		return false, nil
-	case claim.Spec.VolumeName == "":
-		// Unless scheduled to another node: this node may make no PV for
-		// it then (diskfit-webhook), and another node provisions it.
-		selected, ok := claim.Annotations[diskfit.SelectedNodeAnnotation]
-		return !ok || selected == f.node, nil
-	case claim.Spec.VolumeName != volumeName:
-		return false, nil
 	}
-	pv, err := f.client.CoreV1().PersistentVolumes().Get(ctx, volumeName, metav1.GetOptions{})
+	waits, checkPV := diskfit.ClaimWaitsFor(claim, volumeName, f.node)
+	if !waits || !checkPV {
+		return waits, nil
+	}
+	pv, err := f.client.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		// Bound to a PV that is gone: keep the volume, it may be the
 		// claim's data.
 		return true, nil
 	case err != nil:
-		return false, fmt.Errorf("reading PV %s of claim %s/%s: %w", volumeName, namespace, name, err)
+		return false, fmt.Errorf("reading PV %s of claim %s/%s: %w", claim.Spec.VolumeName, namespace, name, err)
 	}
 	handle, ours := f.volumeHandle(pv)
 	return ours && handle == volumeID, nil

@@ -259,7 +259,8 @@ type VolumeWithoutPV struct {
 
 	// NeverHadPV is true when no PV was ever seen for the volume: the
 	// driver removes it once it has been without one for the orphan grace
-	// period. Otherwise the driver keeps it until it is reclaimed.
+	// period, unless the claim it was made for still waits for it.
+	// Otherwise the driver keeps it until it is reclaimed.
 	// +optional
 	NeverHadPV bool `json:"neverHadPV,omitempty"`
 }

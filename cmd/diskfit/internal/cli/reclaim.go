@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,9 +25,9 @@ import (
 
 // reclaimOptions are diskfit reclaim's flags and arguments.
 type reclaimOptions struct {
-	node, handle string
-	dryRun       bool
-	timeout      time.Duration
+	node, handle  string
+	dryRun, force bool
+	timeout       time.Duration
 }
 
 // The diskfit driver never deletes a volume that once had a PV on its own.
@@ -48,7 +50,9 @@ func newReclaimCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comman
 			"policy Delete bound to a claim that does not exist, so Kubernetes deletes it " +
 			"the usual way (the node's external-provisioner calls DeleteVolume and " +
 			"removes the PV), and waits for that. It refuses a volume that a PV refers to " +
-			"or that NODE's DiskNode does not list without one. It needs the right to " +
+			"or that NODE's DiskNode does not list without one, and, unless --force, a volume " +
+			"the claim it was made for still waits for (its PV may not have been saved yet, " +
+			"or the claim is bound to it under a PV that is gone). It needs the right to " +
 			"create PersistentVolumes.",
 		Example: "  diskfit reclaim node-a nvme0:pvc-3f0c2a4e-8f0b-4c2e-9d59-1f2b3c4d5e6f\n" +
 			"  diskfit reclaim node-a nvme0:pvc-3f0c2a4e-8f0b-4c2e-9d59-1f2b3c4d5e6f --dry-run",
@@ -63,6 +67,7 @@ func newReclaimCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comman
 		},
 	}
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the PV reclaim would create and create nothing")
+	cmd.Flags().BoolVar(&o.force, "force", false, "reclaim the volume even though the claim it was made for still waits for it")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the volume to be deleted; 0 does not wait")
 	return cmd
 }
@@ -84,6 +89,11 @@ func (o *reclaimOptions) run(ctx context.Context, c *Clients, streams genericioo
 	for _, pv := range pvs.Items {
 		if diskfit.PVRefersTo(&pv, o.node, o.handle) {
 			return fmt.Errorf("PersistentVolume %s refers to volume %s: delete it (with reclaim policy Delete) instead", pv.Name, o.handle)
+		}
+	}
+	if vol.Claim != "" && !o.force {
+		if err := claimDoesNotWait(ctx, c, o.node, vol, pvs.Items); err != nil {
+			return err
 		}
 	}
 	pv := reclaimPV(o.node, vol)
@@ -115,6 +125,34 @@ func (o *reclaimOptions) run(ctx context.Context, c *Clients, streams genericioo
 	}
 	fmt.Fprintf(streams.Out, "Deleted volume %s on node %s.\n", o.handle, o.node)
 	return nil
+}
+
+// claimDoesNotWait refuses a volume that the claim it was made for still
+// waits for (diskfit.ClaimWaitsFor), as the driver's orphan sweep keeps
+// it: a PV saved later would point at nothing.
+func claimDoesNotWait(ctx context.Context, c *Clients, node string, vol v1alpha1.VolumeWithoutPV, pvs []v1.PersistentVolume) error {
+	namespace, name, _ := strings.Cut(vol.Claim, "/")
+	claim, err := c.Kube.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading claim %s, which volume %s was made for: %w", vol.Claim, vol.VolumeHandle, err)
+	}
+	waits, pvOfName := diskfit.ClaimWaitsFor(claim, vol.VolumeHandle, node)
+	// A PV of the bound name that exists refers to another node's volume
+	// (one referring to this one was refused above).
+	if waits && pvOfName && slices.ContainsFunc(pvs, func(pv v1.PersistentVolume) bool { return pv.Name == claim.Spec.VolumeName }) {
+		waits = false
+	}
+	if !waits {
+		return nil
+	}
+	why := "its PersistentVolume may not have been saved yet"
+	if pvOfName {
+		why = "it is bound to it under PersistentVolume " + claim.Spec.VolumeName + ", which is gone; re-create that PV to give the claim its data back"
+	}
+	return fmt.Errorf("claim %s still waits for volume %s (%s): delete the claim first, or use --force to delete the volume and its data anyway", vol.Claim, vol.VolumeHandle, why)
 }
 
 // findWithoutPV returns the DiskNode's entry for a volume without a PV.

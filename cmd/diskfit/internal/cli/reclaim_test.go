@@ -123,3 +123,31 @@ func TestReclaimIgnoresPVsOfOtherNodes(t *testing.T) {
 		t.Errorf("reclaiming node-a's volume beside node-b's PV of the same handle: %v\n%s", err, out)
 	}
 }
+
+// A volume that never had a PV while the claim it was made for still
+// exists and waits for it is one whose PV could not be saved yet (the API
+// server, or diskfit-webhook's check of the nodes' PVs, was down): the
+// driver keeps it, and reclaim refuses it too, unless forced, since the PV
+// saved later would point at nothing (and a restore or clone would lose
+// its copy). Once the claim is gone, reclaim goes ahead.
+func TestReclaimRefusesAVolumeItsClaimWaitsFor(t *testing.T) {
+	const uid = "0b5c3f2e-1111-2222-3333-444455556666"
+	handle := "nvme0:pvc-" + uid
+	d := disk("nvme0", "nvme", 4*gi, gi, 1)
+	d.VolumesWithoutPV, d.BytesWithoutPV = 1, 300*mi
+	d.WithoutPV = []v1alpha1.VolumeWithoutPV{{VolumeHandle: handle, SizeBytes: 300 * mi, Claim: "shop/data-0",
+		Since: metav1.NewTime(testNow.Add(-time.Hour)), NeverHadPV: true}}
+	claim := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "data-0", UID: uid,
+		Annotations: map[string]string{diskfit.SelectedNodeAnnotation: "node-a"}}}
+	clients := &Clients{Kube: kubefake.NewClientset(claim), DiskFit: dffake.NewSimpleClientset(diskNode("node-a", 3*time.Second, d))}
+	_, _, err := runWith(clients, "", "reclaim", "node-a", handle, "--timeout=0")
+	if err == nil || !strings.Contains(err.Error(), "claim shop/data-0 still waits for volume "+handle) {
+		t.Errorf("reclaiming a volume its claim waits for: %v, want a refusal naming the claim", err)
+	}
+	if pvs, _ := clients.Kube.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{}); len(pvs.Items) != 0 {
+		t.Fatalf("the refused reclaim created %d PVs", len(pvs.Items))
+	}
+	if _, _, err := runWith(clients, "", "reclaim", "node-a", handle, "--timeout=0", "--force"); err != nil {
+		t.Errorf("reclaim --force: %v", err)
+	}
+}
