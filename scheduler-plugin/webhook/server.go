@@ -198,18 +198,23 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		wg.Wait()
 	}()
 
-	s.informer.Core().V1().PersistentVolumeClaims().Informer()
-	s.informer.Storage().V1().StorageClasses().Informer()
-	s.informer.Start(ctx.Done())
-	wg.Go(func() {
-		for typ, ok := range s.informer.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				logger.Info("Informer cache did not sync", "type", typ)
-				return
+	if s.mutates() {
+		s.informer.Core().V1().PersistentVolumeClaims().Informer()
+		s.informer.Storage().V1().StorageClasses().Informer()
+		s.informer.Start(ctx.Done())
+		wg.Go(func() {
+			for typ, ok := range s.informer.WaitForCacheSync(ctx.Done()) {
+				if !ok {
+					logger.Info("Informer cache did not sync", "type", typ)
+					return
+				}
 			}
-		}
+			s.synced.Store(true)
+		})
+	} else {
+		// The check of the nodes' PVs reads claims from the API server.
 		s.synced.Store(true)
-	})
+	}
 	wg.Go(func() { s.certs.run(ctx, s.cfg.CertCheckInterval) })
 
 	servers := []*http.Server{{
@@ -256,12 +261,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // it has a serving certificate.
 func (s *Server) Ready() bool { return s.synced.Load() && s.certs.loaded() }
 
-// Handler serves MutatePath and ValidateVolumePath.
+// mutates reports whether the webhook sets pods' scheduler: only when its
+// MutatingWebhookConfiguration is registered.
+func (s *Server) mutates() bool { return s.cfg.WebhookConfigName != "" }
+
+// Handler serves ValidateVolumePath, and MutatePath when the webhook
+// mutates: a MutatingWebhookConfiguration left from an earlier install
+// then gets 404, so pods are created unchanged (failurePolicy Ignore).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc(MutatePath, func(w http.ResponseWriter, r *http.Request) {
-		serveReview(w, r, s.mutator.admit, s.requests)
-	})
+	if s.mutates() {
+		mux.HandleFunc(MutatePath, func(w http.ResponseWriter, r *http.Request) {
+			serveReview(w, r, s.mutator.admit, s.requests)
+		})
+	}
 	mux.HandleFunc(ValidateVolumePath, func(w http.ResponseWriter, r *http.Request) {
 		serveReview(w, r, s.volumes.admit, s.volumeRequests)
 	})

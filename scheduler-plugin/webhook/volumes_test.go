@@ -1,11 +1,15 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -15,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -245,5 +250,66 @@ func volumeWebhookConfig() *admissionregistrationv1.ValidatingWebhookConfigurati
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			AdmissionReviewVersions: []string{"v1"},
 		}},
+	}
+}
+
+// With no MutatingWebhookConfiguration (manifests/overlays/
+// webhook-volumes-only), the webhook checks the nodes' PVs and sets no
+// pod's scheduler, even when a configuration left from an earlier
+// install still sends it pods; and it is ready without caches of every
+// claim and class, which the check does not use.
+func TestVolumesOnlyWebhookMutatesNothing(t *testing.T) {
+	kube := fake.NewClientset(volumeWebhookConfig(), scheduledClaim("on-b", "node-b"))
+	s, err := New(Config{
+		Client: kube, Namespace: webhookNamespace, Hosts: []string{"127.0.0.1"}, SecretName: secretName,
+		VolumeWebhookConfigName: volumeConfigName, Address: "127.0.0.1:0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	pod := makePod("p").withClaim("data").Pod
+	resp, err := http.Post(srv.URL+MutatePath, "application/json", bytes.NewReader(reviewOf(t, podCreate(t, pod))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a pod review: status %d, want 404 (nothing mutated; failurePolicy Ignore creates the pod as it is)", resp.StatusCode)
+	}
+	resp, err = http.Post(srv.URL+ValidateVolumePath, "application/json", bytes.NewReader(reviewOf(t, pvCreate(t, pvFor(scheduledClaim("on-b", "node-b")), "node-a"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	review := &admissionv1.AdmissionReview{}
+	if err := json.NewDecoder(resp.Body).Decode(review); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if review.Response == nil || review.Response.Allowed {
+		t.Errorf("a PV for a claim scheduled elsewhere: %+v, want it refused", review.Response)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return s.Ready(), nil
+	}); err != nil {
+		t.Fatalf("not ready: %v", err)
+	}
+	for _, a := range kube.Actions() {
+		if a.GetVerb() == "list" || a.GetVerb() == "watch" {
+			t.Errorf("the volumes-only webhook %ss %s", a.GetVerb(), a.GetResource().Resource)
+		}
 	}
 }

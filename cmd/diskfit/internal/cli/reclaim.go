@@ -52,7 +52,7 @@ func newReclaimCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comman
 			"removes the PV), and waits for that. It refuses a volume that a PV refers to " +
 			"or that NODE's DiskNode does not list without one, and, unless --force, a volume " +
 			"the claim it was made for still waits for (its PV may not have been saved yet, " +
-			"or the claim is bound to it under a PV that is gone). It needs the right to " +
+			"or the claim is bound to it under a PV that is gone). It needs the rights to read claims and " +
 			"create PersistentVolumes.",
 		Example: "  diskfit reclaim node-a nvme0:pvc-3f0c2a4e-8f0b-4c2e-9d59-1f2b3c4d5e6f\n" +
 			"  diskfit reclaim node-a nvme0:pvc-3f0c2a4e-8f0b-4c2e-9d59-1f2b3c4d5e6f --dry-run",

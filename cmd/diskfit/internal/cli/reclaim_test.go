@@ -147,7 +147,32 @@ func TestReclaimRefusesAVolumeItsClaimWaitsFor(t *testing.T) {
 	if pvs, _ := clients.Kube.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{}); len(pvs.Items) != 0 {
 		t.Fatalf("the refused reclaim created %d PVs", len(pvs.Items))
 	}
-	if _, _, err := runWith(clients, "", "reclaim", "node-a", handle, "--timeout=0", "--force"); err != nil {
+	if _, _, err := runWith(clients, "", "reclaim", "node-a", handle, "--timeout=0", "--dry-run", "--force"); err != nil {
 		t.Errorf("reclaim --force: %v", err)
+	}
+
+	// Bound to it under a PV that was deleted (the claim is Lost): the
+	// data is the claim's, refused too.
+	claim.Spec.VolumeName = "pvc-" + uid
+	if _, err := clients.Kube.CoreV1().PersistentVolumeClaims("shop").Update(context.Background(), claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runWith(clients, "", "reclaim", "node-a", handle, "--timeout=0")
+	if err == nil || !strings.Contains(err.Error(), "re-create that PV") {
+		t.Errorf("reclaiming the volume of a Lost claim: %v, want a refusal saying to re-create its PV", err)
+	}
+	// Made again under the same name, or gone: reclaim goes ahead.
+	claim.UID, claim.Spec.VolumeName = "another-uid", ""
+	if _, err := clients.Kube.CoreV1().PersistentVolumeClaims("shop").Update(context.Background(), claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runWith(clients, "", "reclaim", "node-a", handle, "--timeout=0", "--dry-run"); err != nil {
+		t.Errorf("reclaiming a volume whose claim was made again: %v", err)
+	}
+	if err := clients.Kube.CoreV1().PersistentVolumeClaims("shop").Delete(context.Background(), "data-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runWith(clients, "", "reclaim", "node-a", handle, "--timeout=0"); err != nil {
+		t.Errorf("reclaiming a volume whose claim is gone: %v", err)
 	}
 }
