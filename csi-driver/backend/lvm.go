@@ -325,8 +325,10 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 	return l.GetVolume(ctx, req.Key)
 }
 
-// undoTimeout bounds undo: its commands are quick unless lvm2 hangs.
-const undoTimeout = time.Minute
+// UndoTimeout bounds an undo that runs on after its caller gave up: its
+// commands are quick unless the disk or lvm2 hangs, and a lock is held
+// meanwhile.
+const UndoTimeout = time.Minute
 
 // undo removes the LV of a creation that failed (an lvcreate killed with
 // its caller may have made it before it died), with a context that the
@@ -336,7 +338,7 @@ const undoTimeout = time.Minute
 // fail too, leaving the LV half made and holding its space until a retry
 // of the same name or the next start.
 func (l *LVM) undo(ctx context.Context, name string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), UndoTimeout)
 	defer cancel()
 	return l.removeLV(ctx, name)
 }

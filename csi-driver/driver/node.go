@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -162,7 +161,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if attached == "" {
 			// Also when the caller has given up: a loop device left
 			// attached holds the volume for good.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), backend.UndoTimeout)
 			defer cancel()
 			d.detachAfterFailedStage(ctx, dk, key, req.GetVolumeId(), dev)
 		}
@@ -223,11 +222,6 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	klog.FromContext(ctx).V(2).Info("Staged volume", "volume", req.GetVolumeId(), "device", dev, "path", staging, "fsType", fsType)
 	return &csi.NodeStageVolumeResponse{}, nil
 }
-
-// undoTimeout bounds the undo of a failed stage once its caller has gone:
-// detaching is quick unless the disk or lvm2 hangs, and the volume's lock
-// is held meanwhile.
-const undoTimeout = time.Minute
 
 // detachAfterFailedStage detaches the device a failed stage attached,
 // unless something (a publication) uses it: a detached loop device that

@@ -275,30 +275,34 @@ func sign(template, parent *x509.Certificate, key, parentKey *ecdsa.PrivateKey) 
 // Secret, writes the newer bundle again.
 func (c *certificates) publishCABundle(ctx context.Context, bundle []byte) error {
 	api := c.client.AdmissionregistrationV1()
-	var err error
-	if c.webhookConfigName != "" {
-		mutating := api.MutatingWebhookConfigurations()
-		err = publishTo(ctx, "MutatingWebhookConfiguration", c.webhookConfigName, bundle, mutating.Get, mutating.Update,
-			func(config *admissionregistrationv1.MutatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
-				for i := range config.Webhooks {
-					ccs = append(ccs, &config.Webhooks[i].ClientConfig)
-				}
-				return ccs
-			})
-	}
-	if c.volumeConfigName == "" {
-		return err
-	}
-	// Even when the mutating one failed: the validating webhook fails
+	// Each even when the other failed: the validating webhook fails
 	// closed, and without the bundle no node could save a PV.
-	validating := api.ValidatingWebhookConfigurations()
-	return errors.Join(err, publishTo(ctx, "ValidatingWebhookConfiguration", c.volumeConfigName, bundle, validating.Get, validating.Update,
-		func(config *admissionregistrationv1.ValidatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
-			for i := range config.Webhooks {
-				ccs = append(ccs, &config.Webhooks[i].ClientConfig)
-			}
-			return ccs
-		}))
+	var errs []error
+	if c.webhookConfigName != "" {
+		configs := api.MutatingWebhookConfigurations()
+		errs = append(errs, publishTo(ctx, "MutatingWebhookConfiguration", c.webhookConfigName, bundle,
+			configs.Get, configs.Update, mutatingClientConfigs))
+	}
+	if c.volumeConfigName != "" {
+		configs := api.ValidatingWebhookConfigurations()
+		errs = append(errs, publishTo(ctx, "ValidatingWebhookConfiguration", c.volumeConfigName, bundle,
+			configs.Get, configs.Update, validatingClientConfigs))
+	}
+	return errors.Join(errs...)
+}
+
+func mutatingClientConfigs(config *admissionregistrationv1.MutatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
+	for i := range config.Webhooks {
+		ccs = append(ccs, &config.Webhooks[i].ClientConfig)
+	}
+	return ccs
+}
+
+func validatingClientConfigs(config *admissionregistrationv1.ValidatingWebhookConfiguration) (ccs []*admissionregistrationv1.WebhookClientConfig) {
+	for i := range config.Webhooks {
+		ccs = append(ccs, &config.Webhooks[i].ClientConfig)
+	}
+	return ccs
 }
 
 // publishTo sets the caBundle of every client config of the webhook

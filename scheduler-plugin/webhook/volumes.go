@@ -60,10 +60,11 @@ const boundByControllerAnnotation = "pv.kubernetes.io/bound-by-controller"
 // controller, not recycled, and, when that claim still exists, for a claim
 // of diskfit's provisioner bound to no other PV, whose selected node is
 // the node the request's token is bound to, of the PV's class and volume
-// mode and access modes and asking for no more than its capacity. A PV for a claim that is
-// gone (deleted, or deleted and created again under a new UID, while its
-// volume was made) is allowed as before: the PV controller releases it
-// and its reclaim policy applies; its name ties it to that claim alone.
+// mode and access modes and asking for no more than its capacity. A PV
+// for a claim that is gone (deleted, or deleted and created again under a
+// new UID, while its volume was made) is allowed as before: the PV
+// controller releases it and its reclaim policy applies; its name ties it
+// to that claim alone.
 type volumeValidator struct {
 	// client reads claims from the API server, not a cache: the
 	// provisioner creates the PV right after it saw the scheduler's
@@ -77,64 +78,69 @@ func (v *volumeValidator) admit(ctx context.Context, req *admissionv1.AdmissionR
 	if req.Kind.Group != "" || req.Kind.Kind != "PersistentVolume" || req.SubResource != "" || req.Operation != admissionv1.Create {
 		return resp, outcomeSkipped
 	}
-	logger := klog.FromContext(ctx)
-	deny := func(code int32, reason metav1.StatusReason, outcome, msg string) (*admissionv1.AdmissionResponse, string) {
-		resp.Allowed = false
-		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg}
-		logger.Info("Refused a PV of the node driver", "pv", req.Name, "user", req.UserInfo.Username, "reason", msg)
-		return resp, outcome
+	refusal := v.refusal(ctx, req)
+	if refusal == nil {
+		return resp, outcomeAllowed
 	}
+	resp.Allowed, resp.Result = false, refusal
+	klog.FromContext(ctx).Info("Refused a PV of the node driver", "pv", req.Name, "user", req.UserInfo.Username, "reason", refusal.Message)
+	if refusal.Code == http.StatusForbidden {
+		return resp, outcomeDenied
+	}
+	return resp, outcomeError
+}
 
+// refusal says why the PV of req is refused, nil when it is allowed.
+func (v *volumeValidator) refusal(ctx context.Context, req *admissionv1.AdmissionRequest) *metav1.Status {
 	var node string
 	if names := req.UserInfo.Extra[serviceaccount.NodeNameKey]; len(names) == 1 {
 		node = names[0]
 	}
 	if node == "" {
-		return deny(http.StatusForbidden, metav1.StatusReasonForbidden, outcomeDenied,
-			"a token of the diskfit node driver that is bound to no node may not create PVs")
+		return failure(http.StatusForbidden, metav1.StatusReasonForbidden, "a token of the diskfit node driver that is bound to no node may not create PVs")
 	}
 	pv := &v1.PersistentVolume{}
 	if err := json.Unmarshal(req.Object.Raw, pv); err != nil {
-		return deny(http.StatusBadRequest, metav1.StatusReasonBadRequest, outcomeError, fmt.Sprintf("decoding the PV: %v", err))
+		return failure(http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("decoding the PV: %v", err))
+	}
+	// forbid says what a node may create, then why not this PV.
+	forbid := func(format string, args ...any) *metav1.Status {
+		return failure(http.StatusForbidden, metav1.StatusReasonForbidden,
+			fmt.Sprintf("the diskfit node driver of %s may create a PV only for a claim scheduled to %s (%s): ", node, node, diskfit.SelectedNodeAnnotation)+
+				fmt.Sprintf(format, args...))
 	}
 	ref := pv.Spec.ClaimRef
 	if ref == nil || ref.Namespace == "" || ref.Name == "" || ref.UID == "" {
-		return v.forbid(deny, node, "PV %s names no claim by namespace, name and UID", pv.Name)
+		return forbid("PV %s names no claim by namespace, name and UID", pv.Name)
 	}
 	claimRef := klog.KRef(ref.Namespace, ref.Name)
 	switch {
 	case pv.Name != "pvc-"+string(ref.UID):
-		return v.forbid(deny, node, "PV %s is not named pvc-%s, as the one PV external-provisioner makes for claim %s", pv.Name, ref.UID, claimRef)
+		return forbid("PV %s is not named pvc-%s, as the one PV external-provisioner makes for claim %s", pv.Name, ref.UID, claimRef)
 	case pv.Spec.CSI == nil || pv.Spec.CSI.Driver != diskfit.DriverName:
-		return v.forbid(deny, node, "PV %s is not a CSI volume of %s", pv.Name, diskfit.DriverName)
+		return forbid("PV %s is not a CSI volume of %s", pv.Name, diskfit.DriverName)
 	case pv.Spec.PersistentVolumeReclaimPolicy == v1.PersistentVolumeReclaimRecycle:
-		return v.forbid(deny, node, "PV %s has reclaim policy Recycle", pv.Name)
+		return forbid("PV %s has reclaim policy Recycle", pv.Name)
 	case metav1.HasAnnotation(pv.ObjectMeta, boundByControllerAnnotation):
-		return v.forbid(deny, node, "PV %s carries %s, which only the PV controller sets", pv.Name, boundByControllerAnnotation)
+		return forbid("PV %s carries %s, which only the PV controller sets", pv.Name, boundByControllerAnnotation)
 	}
 
 	claim, err := v.client.CoreV1().PersistentVolumeClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err) || err == nil && claim.UID != ref.UID:
-		logger.V(2).Info("PV of the node driver for a claim that is gone; the PV controller releases it", "pv", pv.Name, "claim", claimRef, "uid", ref.UID)
-		return resp, outcomeAllowed
+		klog.FromContext(ctx).V(2).Info("PV of the node driver for a claim that is gone; the PV controller releases it", "pv", pv.Name, "claim", claimRef, "uid", ref.UID)
+		return nil
 	case err != nil:
-		return deny(http.StatusInternalServerError, metav1.StatusReasonInternalError, outcomeError,
-			fmt.Sprintf("reading claim %s of PV %s: %v", claimRef, pv.Name, err))
+		return failure(http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("reading claim %s of PV %s: %v", claimRef, pv.Name, err))
 	}
 	if why := mismatch(pv, claim, node); why != "" {
-		return v.forbid(deny, node, "%s", why)
+		return forbid("%s", why)
 	}
-	return resp, outcomeAllowed
+	return nil
 }
 
-// forbid refuses with 403, saying what a node may create and then why not
-// this PV.
-func (v *volumeValidator) forbid(deny func(int32, metav1.StatusReason, string, string) (*admissionv1.AdmissionResponse, string),
-	node, format string, args ...any) (*admissionv1.AdmissionResponse, string) {
-	return deny(http.StatusForbidden, metav1.StatusReasonForbidden, outcomeDenied,
-		fmt.Sprintf("the diskfit node driver of %s may create a PV only for a claim scheduled to %s (%s): ", node, node, diskfit.SelectedNodeAnnotation)+
-			fmt.Sprintf(format, args...))
+func failure(code int32, reason metav1.StatusReason, msg string) *metav1.Status {
+	return &metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason, Message: msg}
 }
 
 // mismatch says why pv is not the PV the node's provisioner makes for

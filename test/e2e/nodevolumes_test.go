@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/scheduler-plugin/webhook"
@@ -154,14 +152,8 @@ func serveWebhook(t *testing.T, ns, scope string) (stop func()) {
 // the CEL expression scope. Its caBundle is left to the webhook.
 func registerVolumeWebhook(t *testing.T, name, url, scope string) {
 	t.Helper()
-	raw, err := os.ReadFile("../../manifests/webhook/validatingwebhookconfiguration.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	config := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	if err := yaml.UnmarshalStrict(raw, config); err != nil {
-		t.Fatal(err)
-	}
+	readManifest(t, "webhook/validatingwebhookconfiguration.yaml", config)
 	config.Name = name
 	for i := range config.Webhooks {
 		w := &config.Webhooks[i]

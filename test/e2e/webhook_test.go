@@ -107,19 +107,25 @@ func otherDriverClass(t *testing.T) string {
 	return created.Name
 }
 
+// readManifest decodes the file manifests/path, strictly, into obj.
+func readManifest(t *testing.T, path string, obj any) {
+	t.Helper()
+	raw, err := os.ReadFile("../../manifests/" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(raw, obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // registerWebhook creates the MutatingWebhookConfiguration of
 // manifests/webhook under name, calling url, for the pods of namespace ns
 // only. Its caBundle is left to the webhook.
 func registerWebhook(t *testing.T, name, ns, url string) {
 	t.Helper()
-	raw, err := os.ReadFile("../../manifests/webhook/mutatingwebhookconfiguration.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	config := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	if err := yaml.UnmarshalStrict(raw, config); err != nil {
-		t.Fatal(err)
-	}
+	readManifest(t, "webhook/mutatingwebhookconfiguration.yaml", config)
 	config.Name = name
 	for i := range config.Webhooks {
 		w := &config.Webhooks[i]
