@@ -58,6 +58,7 @@ func newNamespace(t *testing.T) string {
 		_ = kube.AppsV1().StatefulSets(name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 		_ = kube.CoreV1().Pods(name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
 		_ = kube.CoreV1().PersistentVolumeClaims(name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		claimsDeleted := time.Now()
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 			pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 			if err != nil {
@@ -68,6 +69,9 @@ func newNamespace(t *testing.T) string {
 					return false, nil
 				}
 			}
+			if inFlight, err := volumesWithoutPVOf(ctx, name, claimsDeleted); err != nil || inFlight {
+				return false, err
+			}
 			pods, err := kube.CoreV1().Pods(name).List(ctx, metav1.ListOptions{})
 			return err == nil && len(pods.Items) == 0, err
 		})
@@ -77,6 +81,37 @@ func newNamespace(t *testing.T) string {
 		_ = kube.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 	})
 	return name
+}
+
+// volumesWithoutPVOf reports whether a disk may still hold a volume made
+// for a claim of namespace ns that has no PV yet: a provisioning in flight
+// when the claims were deleted (at since) saves its PV later, which is then
+// released and deleted, so the space changes under the next test. It
+// waits for a status observed after since from every DiskNode whose
+// driver still refreshes it (one observed in the minute before since; the
+// drivers refresh theirs every 30 s at most).
+func volumesWithoutPVOf(ctx context.Context, ns string, since time.Time) (bool, error) {
+	dns, err := diskfitAPI.DiskfitV1alpha1().DiskNodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	for _, dn := range dns.Items {
+		observed := dn.Status.ObservedTime.Time
+		if observed.Before(since.Add(-time.Minute)) {
+			continue
+		}
+		if !observed.After(since) {
+			return true, nil
+		}
+		for _, d := range dn.Status.Disks {
+			for _, v := range d.WithoutPV {
+				if strings.HasPrefix(v.Claim, ns+"/") {
+					return true, nil
+				}
+			}
+		}
+	}
+	return false, nil
 }
 
 // newStorageClass creates a WaitForFirstConsumer diskfit StorageClass,

@@ -27,7 +27,8 @@ import (
 // served by this process, for this test's claims only), node-a's PV
 // pre-bound to another tenant's claim that no scheduler has placed, or that
 // it placed on node-b, is refused, as is a PV pre-bound to no claim, while
-// the provisioners' own PVs pass: a pod's claim is provisioned and bound.
+// the provisioners' own PVs pass: a pod's claim is provisioned and bound,
+// and so is the claim placed on node-b, by node-b's provisioner.
 // Without the webhook the first PV was created and the PV controller bound
 // the pending claim to it, although it waits for its first consumer: root
 // on node-a would have had the claim's pod, and its data, follow.
@@ -90,6 +91,11 @@ func TestNodeCreatesPVsOnlyForClaimsScheduledToIt(t *testing.T) {
 		t.Errorf("node-a's driver created PV %s pre-bound to no claim", static.Name)
 	} else if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "names no claim") {
 		t.Errorf("node-a's driver creating a PV for no claim: %v, want the webhook's refusal", err)
+	}
+	// node-b's provisioner's own PV for the claim placed there passes.
+	pvc := waitPVCsBound(t, ns, []string{"elsewhere"}, 2*time.Minute)["elsewhere"]
+	if pvc.Spec.VolumeName != "pvc-"+string(elsewhere.UID) {
+		t.Errorf("claim elsewhere bound to %s, want node-b's PV pvc-%s", pvc.Spec.VolumeName, elsewhere.UID)
 	}
 }
 
