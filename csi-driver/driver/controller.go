@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -282,6 +283,13 @@ func (d *Driver) topology() *csi.Topology {
 
 // DeleteVolume implements csi.ControllerServer; deleting a volume that does
 // not exist succeeds.
+//
+// A volume another PV still refers to is not deleted: two PVs can name one
+// volume (an admin moved it to another claim with a second PV and left
+// the first one's reclaim policy at Delete), and deleting the first
+// claim's would take the data from under the second. Only PVs Kubernetes
+// deletes the volume for (Released or Failed, reclaim policy Delete) let
+// it go.
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	dk, key, err := d.volumeOf(req.GetVolumeId())
 	if status.Code(err) == codes.NotFound {
@@ -295,12 +303,33 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		return nil, err
 	}
 	defer unlock()
+	if err := d.stillReferred(req.GetVolumeId()); err != nil {
+		return nil, err
+	}
 	if err := dk.backend.DeleteVolume(ctx, key); err != nil {
 		return nil, toStatus(fmt.Errorf("deleting volume %s: %w", req.GetVolumeId(), err))
 	}
 	klog.FromContext(ctx).Info("Deleted volume", "volume", req.GetVolumeId())
 	d.triggerStatus()
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// stillReferred refuses, FailedPrecondition, to delete a volume a PV may
+// still use (OrphanFinder.PVsKeeping), and Unavailable when it cannot tell.
+// Without an OrphanFinder (no API server) it refuses nothing.
+func (d *Driver) stillReferred(id string) error {
+	if d.cfg.Orphans == nil {
+		return nil
+	}
+	names, err := d.cfg.Orphans.PVsKeeping(id)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "volume %s not deleted: cannot tell whether another PV refers to it: %v", id, err)
+	}
+	if len(names) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "volume %s not deleted: PersistentVolume %s also refers to it and would lose its data; "+
+			"to delete the data, delete that PV first; to keep it, set this PV's reclaim policy to Retain and delete this PV", id, strings.Join(names, ", "))
+	}
+	return nil
 }
 
 // getVolume returns a ready volume or NotFound.

@@ -31,6 +31,10 @@ type OrphanFinder interface {
 	// bound to no PV but one that refers to the volume. It asks the API
 	// server and fails when it cannot tell.
 	ClaimWaits(ctx context.Context, namespace, name, volumeID, volumeName string) (bool, error)
+	// PVsKeeping names the PVs that refer to the volume and may still be
+	// used: all but those Kubernetes deletes the volume for (Released or
+	// Failed, with reclaim policy Delete). It fails when it cannot tell.
+	PVsKeeping(volumeID string) ([]string, error)
 	// DisksOfPVs counts, by disk name, the PersistentVolumes of this
 	// driver on the node, from the cache; nil before the cache is filled.
 	DisksOfPVs(node string) map[string]int

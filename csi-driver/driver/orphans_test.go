@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -583,7 +584,8 @@ func (f *raceFinder) SnapshotsWithoutContent(_ context.Context, ids []string) ([
 	return nil, nil
 }
 
-func (f *raceFinder) DisksOfPVs(string) map[string]int { return nil }
+func (f *raceFinder) DisksOfPVs(string) map[string]int    { return nil }
+func (f *raceFinder) PVsKeeping(string) ([]string, error) { return nil, nil }
 
 func (f *raceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
@@ -647,7 +649,8 @@ func (f *snapshotRaceFinder) SnapshotsWithoutContent(_ context.Context, ids []st
 	return ids, nil
 }
 
-func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int { return nil }
+func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int    { return nil }
+func (f *snapshotRaceFinder) PVsKeeping(string) ([]string, error) { return nil, nil }
 
 func (f *snapshotRaceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
@@ -756,6 +759,86 @@ func TestOrphanSweepKeepsVolumeWhoseClaimStillWaits(t *testing.T) {
 			e.d.sweepOrphans(e.ctx)
 			if got := slices.Contains(e.remaining(t), vol); got != tt.kept {
 				t.Errorf("volume %s kept: %v, want %v", vol, got, tt.kept)
+			}
+		})
+	}
+}
+
+// DeleteVolume deletes a volume only when no PV but those Kubernetes
+// deletes it for still refers to it. Two PVs can name one volume: an admin
+// who moves a volume to another claim (or namespace) makes a second PV for
+// it and may leave the first one's reclaim policy at Delete; deleting the
+// first claim then has external-provisioner call DeleteVolume while the
+// second PV, and the pod that uses it, still hold the data. The volume is
+// kept, with FailedPrecondition naming the PV, for every PV that may still
+// be used; it goes when the only PVs left are Released or Failed with
+// reclaim policy Delete, or are on another node.
+func TestDeleteVolumeKeepsAVolumeAnotherPVRefersTo(t *testing.T) {
+	type pv struct {
+		phase  corev1.PersistentVolumePhase
+		policy corev1.PersistentVolumeReclaimPolicy
+		node   string
+	}
+	for _, tt := range []struct {
+		name    string
+		pvs     []pv
+		deleted bool
+	}{
+		{"the PV being deleted only", []pv{{corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, testNode}}, true},
+		{"a PV whose delete failed before", []pv{{corev1.VolumeFailed, corev1.PersistentVolumeReclaimDelete, testNode}}, true},
+		{"no PV", nil, true},
+		{"another node's PV with the same handle", []pv{
+			{corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, testNode},
+			{corev1.VolumeBound, corev1.PersistentVolumeReclaimRetain, "node-b"},
+		}, true},
+		{"a second PV bound to a claim", []pv{
+			{corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, testNode},
+			{corev1.VolumeBound, corev1.PersistentVolumeReclaimRetain, testNode},
+		}, false},
+		{"a second PV bound, reclaim policy Delete", []pv{
+			{corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, testNode},
+			{corev1.VolumeBound, corev1.PersistentVolumeReclaimDelete, testNode},
+		}, false},
+		{"a second PV available", []pv{
+			{corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, testNode},
+			{corev1.VolumeAvailable, corev1.PersistentVolumeReclaimRetain, testNode},
+		}, false},
+		{"a second PV released and retained", []pv{
+			{corev1.VolumeReleased, corev1.PersistentVolumeReclaimDelete, testNode},
+			{corev1.VolumeReleased, corev1.PersistentVolumeReclaimRetain, testNode},
+		}, false},
+		{"a PV just made, no phase yet", []pv{{"", corev1.PersistentVolumeReclaimRetain, ""}}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newOrphanEnv(t, true)
+			id := e.mustCreate(t, createReq("pvc-moved", 300*mi)).VolumeId
+			var names []string
+			for i, p := range tt.pvs {
+				name := fmt.Sprintf("pv-%d", i)
+				obj := csiPV(name, diskfit.DriverName, id)
+				if p.node != "" {
+					obj.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: corev1.NodeSelectorOpIn, Values: []string{p.node}}},
+					}}}}
+				}
+				obj.Spec.PersistentVolumeReclaimPolicy = p.policy
+				obj.Status.Phase = p.phase
+				e.createPV(t, obj)
+				names = append(names, name)
+			}
+			e.waitForPVCache(t, len(tt.pvs))
+			_, err := e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+			kept := slices.Contains(e.remaining(t), id)
+			switch {
+			case tt.deleted && (err != nil || kept):
+				t.Errorf("DeleteVolume: %v; volume kept: %v; want it deleted", err, kept)
+			case !tt.deleted && !kept:
+				t.Errorf("DeleteVolume (%v) deleted the volume while PV %s still refers to it", err, names[len(names)-1])
+			case !tt.deleted:
+				wantCode(t, err, codes.FailedPrecondition)
+				if err != nil && !strings.Contains(err.Error(), names[len(names)-1]) {
+					t.Errorf("the refusal does not name the PV %s: %v", names[len(names)-1], err)
+				}
 			}
 		})
 	}

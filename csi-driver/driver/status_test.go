@@ -17,7 +17,8 @@ func (pvDisks) VolumesWithoutPV(_ context.Context, _ []string, _ bool) ([]string
 func (pvDisks) SnapshotsWithoutContent(_ context.Context, _ []string) ([]string, error) {
 	return nil, nil
 }
-func (p pvDisks) DisksOfPVs(string) map[string]int { return p }
+func (p pvDisks) DisksOfPVs(string) map[string]int    { return p }
+func (p pvDisks) PVsKeeping(string) ([]string, error) { return nil, nil }
 
 func (pvDisks) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil

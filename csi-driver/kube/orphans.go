@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -234,6 +235,29 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 		return nil, fmt.Errorf("listing PVs: %w", err)
 	}
 	return without(uncached, handles), nil
+}
+
+// PVsKeeping implements driver.OrphanFinder from the cache: the PVs that
+// may refer to the volume (see volumeHandle) other than those Kubernetes
+// deletes it for, which are Released or Failed with reclaim policy Delete.
+func (f *OrphanFinder) PVsKeeping(volumeID string) ([]string, error) {
+	if !f.pvs.HasSynced() {
+		return nil, errors.New("the PV cache has not synced yet")
+	}
+	pvs, err := f.pvs.GetIndexer().ByIndex(volumeHandleIndex, volumeID)
+	if err != nil {
+		return nil, fmt.Errorf("looking up PVs of volume %s: %w", volumeID, err)
+	}
+	var names []string
+	for _, obj := range pvs {
+		pv := obj.(*corev1.PersistentVolume)
+		released := pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed
+		if !released || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+			names = append(names, pv.Name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // ClaimWaits implements driver.OrphanFinder with diskfit.ClaimWaitsFor;

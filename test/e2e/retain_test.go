@@ -15,6 +15,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -109,6 +110,95 @@ func TestRetainedVolumeKeepsItsData(t *testing.T) {
 		t.Errorf("the reclaimed volume's data file is still there: %v", err)
 	}
 	waitWithoutPV(t, at.node, handle, false)
+}
+
+// Moving a volume to another claim keeps its data even when the first
+// PV's reclaim policy was left at Delete. An admin gives a volume a second
+// PV, pre-bound to a new claim, and deletes the first claim: its PV is
+// Released and external-provisioner calls DeleteVolume, which the driver
+// refuses while the second PV refers to the volume (the PV's warning says
+// which and what to do). The new claim's pod reads what the first pod
+// wrote. Taking the first PV back as the warning says (reclaim policy
+// Retain, then delete it) leaves the volume to the second PV.
+func TestDeletingOneOfTwoPVsKeepsTheData(t *testing.T) {
+	needLocal(t)
+	ns := newNamespace(t)
+	class := newStorageClass(t, "")
+	newPVC(t, ns, "data", class, diskfit.MinFilesystemVolumeBytes)
+	createPod(t, ns, podSpec("writer", diskfit.SchedulerName, "data"))
+	bound := waitPVCsBound(t, ns, []string{"data"}, 2*time.Minute)["data"]
+	writer := waitPodRunning(t, ns, "writer", 2*time.Minute)
+	content := []byte(fmt.Sprintf("written by pod %s, moved to another claim\n", writer.UID))
+	writeSynced(t, filepath.Join(hostVolumePath(writer, bound.Spec.VolumeName), "proof"), content)
+	first, err := kube.CoreV1().PersistentVolumes().Get(ctxFor(t, time.Minute), bound.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The second PV, for claim "moved"; the first keeps reclaim policy
+	// Delete.
+	moved := first.DeepCopy()
+	moved.ObjectMeta = metav1.ObjectMeta{Name: first.Name + "-moved"}
+	moved.Status = v1.PersistentVolumeStatus{}
+	moved.Spec.ClaimRef = &v1.ObjectReference{Namespace: ns, Name: "moved"}
+	if _, err := kube.CoreV1().PersistentVolumes().Create(ctxFor(t, time.Minute), moved, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := claim("moved", class, diskfit.MinFilesystemVolumeBytes)
+	c.Spec.VolumeName = moved.Name
+	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Create(ctxFor(t, time.Minute), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPVCsBound(t, ns, []string{"moved"}, 2*time.Minute)
+
+	deletePodAndWait(t, ns, "writer")
+	if err := kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctxFor(t, time.Minute), "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var warning string
+	err = wait.PollUntilContextTimeout(ctxFor(t, 2*time.Minute), time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, first.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("PV %s was deleted, and its volume with it, while PV %s refers to it", first.Name, moved.Name)
+		}
+		events, err := kube.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=PersistentVolume,involvedObject.name=" + first.Name,
+		})
+		if err != nil || pv.Status.Phase != v1.VolumeReleased {
+			return false, nil
+		}
+		for _, e := range events.Items {
+			if e.Type == v1.EventTypeWarning && strings.Contains(e.Message, moved.Name+" also refers to it") {
+				warning = e.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("deleting claim data while PV %s refers to its volume: %v", moved.Name, err)
+	}
+	t.Logf("PV %s: %s", first.Name, warning)
+
+	createPod(t, ns, podSpec("reader", diskfit.SchedulerName, "moved"))
+	reader := waitPodRunning(t, ns, "reader", 2*time.Minute)
+	got, err := os.ReadFile(filepath.Join(hostVolumePath(reader, moved.Name), "proof"))
+	if err != nil {
+		t.Fatalf("reading the data through the second PV: %v", err)
+	}
+	if !bytes.Equal(got, content) {
+		t.Fatalf("the second PV holds %q, the first pod wrote %q", got, content)
+	}
+
+	// As the warning says: Retain, then delete the first PV.
+	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
+	if _, err := kube.CoreV1().PersistentVolumes().Patch(ctxFor(t, time.Minute), first.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deletePVAndWait(t, first.Name)
+	if _, err := os.ReadFile(filepath.Join(hostVolumePath(reader, moved.Name), "proof")); err != nil {
+		t.Errorf("the data is gone once the first PV was taken back: %v", err)
+	}
 }
 
 // newStorageClassWithPolicy is newStorageClass with a reclaim policy.

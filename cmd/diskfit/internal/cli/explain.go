@@ -173,22 +173,31 @@ func (o *explainOptions) claims(ctx context.Context, c *Clients, pod *corev1.Pod
 // latestFailedScheduling returns the pod's newest FailedScheduling event,
 // or nil.
 func latestFailedScheduling(ctx context.Context, c *Clients, pod *corev1.Pod) (*corev1.Event, error) {
-	list, err := c.Kube.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + pod.Name + ",reason=FailedScheduling",
+	latest, err := latestEvent(ctx, c, pod.Namespace, "Pod", pod.Name, ",reason=FailedScheduling", func(e *corev1.Event) bool {
+		// An old pod of the same name has another UID.
+		return e.Reason == "FailedScheduling" && (e.InvolvedObject.UID == "" || e.InvolvedObject.UID == pod.UID)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing events of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	return latest, nil
+}
+
+// latestEvent returns the newest event in namespace about the object kind
+// name that match accepts, or nil; selector narrows the list further
+// (",reason=..."). The involved object is checked here as well: a field
+// selector is a server-side filter the server may not apply.
+func latestEvent(ctx context.Context, c *Clients, namespace, kind, name, selector string, match func(*corev1.Event) bool) (*corev1.Event, error) {
+	list, err := c.Kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=" + kind + ",involvedObject.name=" + name + selector,
+	})
+	if err != nil {
+		return nil, err
+	}
 	var latest *corev1.Event
 	for i := range list.Items {
 		e := &list.Items[i]
-		// Checked here as well: a field selector is a server-side filter
-		// the server may not apply (and an old pod of the same name has
-		// another UID).
-		if e.Reason != "FailedScheduling" || e.InvolvedObject.Kind != "Pod" || e.InvolvedObject.Name != pod.Name {
-			continue
-		}
-		if e.InvolvedObject.UID != "" && e.InvolvedObject.UID != pod.UID {
+		if e.InvolvedObject.Kind != kind || e.InvolvedObject.Name != name || !match(e) {
 			continue
 		}
 		if latest == nil || eventTime(e).After(eventTime(latest)) {

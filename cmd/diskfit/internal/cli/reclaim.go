@@ -49,7 +49,9 @@ func newReclaimCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comman
 			"volume handle it shows. reclaim makes a PV for the volume with reclaim " +
 			"policy Delete bound to a claim that does not exist, so Kubernetes deletes it " +
 			"the usual way (the node's external-provisioner calls DeleteVolume and " +
-			"removes the PV), and waits for that. It refuses a volume that a PV refers to " +
+			"removes the PV), and waits for that; a volume not deleted within --timeout " +
+			"(the node's driver refused: it is still staged, a snapshot depends on it, a PV " +
+			"still refers to it) is kept and its PV taken back, so no deletion stays pending. It refuses a volume that a PV refers to " +
 			"or that NODE's DiskNode does not list without one, and, unless --force, a volume " +
 			"the claim it was made for still waits for (its PV may not have been saved yet, " +
 			"or the claim is bound to it under a PV that is gone). It needs the rights to read claims and " +
@@ -68,7 +70,7 @@ func newReclaimCommand(streams genericiooptions.IOStreams, d deps) *cobra.Comman
 	}
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "print the PV reclaim would create and create nothing")
 	cmd.Flags().BoolVar(&o.force, "force", false, "reclaim the volume even though the claim it was made for still waits for it")
-	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the volume to be deleted; 0 does not wait")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the volume to be deleted before calling the deletion off (the volume is kept); 0 does not wait, and the deletion stays pending until it succeeds")
 	return cmd
 }
 
@@ -117,14 +119,53 @@ func (o *reclaimOptions) run(ctx context.Context, c *Clients, streams genericioo
 		return false, nil
 	})
 	if err != nil {
-		phase := "unknown"
-		if last != nil {
-			phase = string(last.Status.Phase)
-		}
-		return fmt.Errorf("volume %s is not deleted after %s: PersistentVolume %s is %s (kubectl describe pv %s says why)", o.handle, o.timeout, pv.Name, phase, pv.Name)
+		return o.takeBack(ctx, c, pv.Name, last)
 	}
 	fmt.Fprintf(streams.Out, "Deleted volume %s on node %s.\n", o.handle, o.node)
 	return nil
+}
+
+// takeBack takes back the PV reclaim made, once the volume was not deleted
+// in time: its reclaim policy set to Retain, then the PV deleted. Left in
+// place, the provisioner would go on retrying DeleteVolume and succeed
+// whenever the cause goes away, maybe after an admin gave the volume a PV
+// again to keep its data. It returns the error to report, with the PV's
+// last warning as the reason.
+func (o *reclaimOptions) takeBack(ctx context.Context, c *Clients, name string, last *v1.PersistentVolume) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	why := lastWarning(ctx, c, name)
+	if why == "" && last != nil {
+		why = "PersistentVolume " + name + " is " + string(last.Status.Phase)
+	}
+	notDeleted := fmt.Sprintf("volume %s on node %s was not deleted within %s (%s)", o.handle, o.node, o.timeout, why)
+	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
+	_, err := c.Kube.CoreV1().PersistentVolumes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err == nil {
+		err = c.Kube.CoreV1().PersistentVolumes().Delete(ctx, name, metav1.DeleteOptions{})
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		// Deleted in the meantime, volume and all.
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s, and taking back PersistentVolume %s failed: %w; its deletion is still pending: to keep the volume, "+
+			"kubectl patch pv %s -p '{\"spec\":{\"persistentVolumeReclaimPolicy\":\"Retain\"}}' and kubectl delete pv %s", notDeleted, name, err, name, name)
+	}
+	return fmt.Errorf("%s; the volume is kept, its deletion called off (PersistentVolume %s deleted with reclaim policy Retain): run reclaim again once that is fixed", notDeleted, name)
+}
+
+// lastWarning returns the newest warning event about PV name, or "" when
+// there is none or it cannot be read. Events of cluster-scoped objects are
+// in the default namespace.
+func lastWarning(ctx context.Context, c *Clients, name string) string {
+	e, err := latestEvent(ctx, c, metav1.NamespaceDefault, "PersistentVolume", name, ",type=Warning", func(e *v1.Event) bool {
+		return e.Type == v1.EventTypeWarning
+	})
+	if err != nil || e == nil {
+		return ""
+	}
+	return e.Reason + ": " + e.Message
 }
 
 // claimDoesNotWait refuses a volume that the claim it was made for still

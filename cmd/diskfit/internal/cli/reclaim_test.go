@@ -176,3 +176,37 @@ func TestReclaimRefusesAVolumeItsClaimWaitsFor(t *testing.T) {
 		t.Errorf("reclaiming a volume whose claim is gone: %v", err)
 	}
 }
+
+// A reclaim whose deletion does not happen in time (DeleteVolume refused:
+// the volume is still staged, a snapshot depends on it, the disk is
+// unhealthy) leaves no deletion pending behind it: its PV is taken back
+// (reclaim policy Retain, then deleted), so that a PV an admin re-creates
+// for the volume later cannot have its data deleted from under it when
+// the provisioner's retry finally succeeds. The error says why, from the
+// PV's last warning.
+func TestReclaimTakesBackADeletionThatDoesNotHappen(t *testing.T) {
+	clients := &Clients{Kube: kubefake.NewClientset(), DiskFit: dffake.NewSimpleClientset(withKeptVolume())}
+	pvName := reclaimPV("node-a", withKeptVolume().Status.Disks[0].WithoutPV[0]).Name
+	_, err := clients.Kube.CoreV1().Events(metav1.NamespaceDefault).Create(context.Background(), &v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: pvName + ".1", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: v1.ObjectReference{Kind: "PersistentVolume", Name: pvName},
+		Type:           v1.EventTypeWarning, Reason: "VolumeFailedDelete",
+		Message: "rpc error: code = FailedPrecondition desc = volume is still staged",
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runWith(clients, "", "reclaim", "node-a", keptHandle, "--timeout=2s")
+	if err == nil || !strings.Contains(err.Error(), "not deleted") || !strings.Contains(err.Error(), "volume is still staged") {
+		t.Errorf("reclaim whose PV stays: %v; want it to say the volume was not deleted, and why", err)
+	}
+	pvs, err := clients.Kube.CoreV1().PersistentVolumes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pv := range pvs.Items {
+		if pv.Spec.PersistentVolumeReclaimPolicy == v1.PersistentVolumeReclaimDelete {
+			t.Errorf("reclaim gave up and left PV %s, reclaim policy Delete, for volume %s: its deletion is still pending", pv.Name, pv.Spec.CSI.VolumeHandle)
+		}
+	}
+}
