@@ -69,18 +69,7 @@ func TestRetainedVolumeKeepsItsData(t *testing.T) {
 	waitWithoutPV(t, at.node, handle, true)
 
 	// An admin re-creates the PV for a new claim, which mounts the data.
-	again := pv.DeepCopy()
-	again.ObjectMeta = metav1.ObjectMeta{Name: pv.Name + "-again"}
-	again.Status = v1.PersistentVolumeStatus{}
-	again.Spec.ClaimRef = &v1.ObjectReference{Namespace: ns, Name: "again"}
-	if _, err := kube.CoreV1().PersistentVolumes().Create(ctxFor(t, time.Minute), again, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c := claim("again", class, diskfit.MinFilesystemVolumeBytes)
-	c.Spec.VolumeName = again.Name
-	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Create(ctxFor(t, time.Minute), c, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	again := claimVolumeOf(t, pv, ns, "again", class)
 	createPod(t, ns, podSpec("reader", diskfit.SchedulerName, "again"))
 	waitPVCsBound(t, ns, []string{"again"}, 2*time.Minute)
 	reader := waitPodRunning(t, ns, "reader", 2*time.Minute)
@@ -137,18 +126,7 @@ func TestDeletingOneOfTwoPVsKeepsTheData(t *testing.T) {
 
 	// The second PV, for claim "moved"; the first keeps reclaim policy
 	// Delete.
-	moved := first.DeepCopy()
-	moved.ObjectMeta = metav1.ObjectMeta{Name: first.Name + "-moved"}
-	moved.Status = v1.PersistentVolumeStatus{}
-	moved.Spec.ClaimRef = &v1.ObjectReference{Namespace: ns, Name: "moved"}
-	if _, err := kube.CoreV1().PersistentVolumes().Create(ctxFor(t, time.Minute), moved, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c := claim("moved", class, diskfit.MinFilesystemVolumeBytes)
-	c.Spec.VolumeName = moved.Name
-	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Create(ctxFor(t, time.Minute), c, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	moved := claimVolumeOf(t, first, ns, "moved", class)
 	waitPVCsBound(t, ns, []string{"moved"}, 2*time.Minute)
 
 	deletePodAndWait(t, ns, "writer")
@@ -199,6 +177,26 @@ func TestDeletingOneOfTwoPVsKeepsTheData(t *testing.T) {
 	if _, err := os.ReadFile(filepath.Join(hostVolumePath(reader, moved.Name), "proof")); err != nil {
 		t.Errorf("the data is gone once the first PV was taken back: %v", err)
 	}
+}
+
+// claimVolumeOf does what an admin does to give the volume of pv to a new
+// claim: a copy of pv named <pv>-<name>, pre-bound to claim ns/name, which
+// it creates bound to that PV.
+func claimVolumeOf(t *testing.T, pv *v1.PersistentVolume, ns, name, class string) *v1.PersistentVolume {
+	t.Helper()
+	cp := pv.DeepCopy()
+	cp.ObjectMeta = metav1.ObjectMeta{Name: pv.Name + "-" + name}
+	cp.Status = v1.PersistentVolumeStatus{}
+	cp.Spec.ClaimRef = &v1.ObjectReference{Namespace: ns, Name: name}
+	if _, err := kube.CoreV1().PersistentVolumes().Create(ctxFor(t, time.Minute), cp, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := claim(name, class, pv.Spec.Capacity.Storage().Value())
+	c.Spec.VolumeName = cp.Name
+	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Create(ctxFor(t, time.Minute), c, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return cp
 }
 
 // newStorageClassWithPolicy is newStorageClass with a reclaim policy.
