@@ -188,11 +188,11 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if fsType == "" {
 		fsType = defaultFSType
 	}
-	if mounted, err := d.mountedDevice(staging); err != nil {
+	if view, err := d.mountsOf(dev, false, staging, ""); err != nil {
 		return nil, toStatus(err)
-	} else if mounted != "" {
-		if mounted != dev {
-			return nil, status.Errorf(codes.AlreadyExists, "staging path %s holds %s, not volume %s (%s)", staging, mounted, req.GetVolumeId(), dev)
+	} else if view.staged != nil {
+		if !view.stagedIsVolume {
+			return nil, status.Errorf(codes.AlreadyExists, "staging path %s holds %s, not volume %s (%s)", staging, view.staged.Source, req.GetVolumeId(), dev)
 		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
@@ -229,7 +229,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 // lead to whatever volume gets that loop device next.
 func (d *Driver) detachAfterFailedStage(ctx context.Context, dk *disk, key, id, dev string) {
 	logger := klog.FromContext(ctx)
-	if pubs, err := devicePublications(dev); err != nil || len(pubs) > 0 {
+	if pubs, err := d.devicePublications(dev); err != nil || len(pubs) > 0 {
 		logger.Info("Leaving the device of a failed stage attached", "volume", id, "device", dev, "publications", pubs, "err", err)
 		return
 	}
@@ -417,22 +417,6 @@ func (refusedCmd) Start() error                    { return errFormatRefused }
 func (refusedCmd) CombinedOutput() ([]byte, error) { return nil, errFormatRefused }
 func (refusedCmd) Output() ([]byte, error)         { return nil, errFormatRefused }
 
-// mountedDevice returns the source mounted at path, or "" when nothing is.
-func (d *Driver) mountedDevice(path string) (string, error) {
-	notMnt, err := d.mounter.IsLikelyNotMountPoint(path)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && notMnt) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("checking mount point %s: %w", path, err)
-	}
-	dev, _, err := mount.GetDeviceNameFromMount(d.mounter, path)
-	if err != nil {
-		return "", fmt.Errorf("reading mount of %s: %w", path, err)
-	}
-	return dev, nil
-}
-
 // growExtOffline grows an ext4 filesystem that is smaller than its device.
 // This kernel refuses ext4 online resize, so NodeExpandVolume cannot do it
 // while mounted; staging is the next moment the filesystem is offline.
@@ -538,7 +522,7 @@ func (d *Driver) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 		return nil, toStatus(fmt.Errorf("finding the device of volume %s: %w", req.GetVolumeId(), err))
 	}
 	if dev != "" {
-		pubs, err := devicePublications(dev)
+		pubs, err := d.devicePublications(dev)
 		if err != nil {
 			return nil, toStatus(err)
 		}
@@ -590,18 +574,15 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged", req.GetVolumeId())
 	}
 	block := vc.GetBlock() != nil
-	view, err := mountsOf(dev, block, staging, target)
+	view, err := d.mountsOf(dev, block, staging, target)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	source := staging
 	if block {
 		source = dev
-	} else if view.staged != dev {
+	} else if !view.stagedIsVolume {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
-	}
-	if len(view.others) > 0 && vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", req.GetVolumeId(), strings.Join(view.others, ", "))
 	}
 	readOnly := req.GetReadonly() || readerOnly(vc)
 	if t := view.target; t != nil {
@@ -622,6 +603,9 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 			}
 		}
 		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if len(view.others) > 0 && vc.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is single-writer and already published at %s", req.GetVolumeId(), strings.Join(view.others, ", "))
 	}
 	if err := makeTarget(target, block); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating target %s: %v", target, err)
@@ -690,8 +674,10 @@ func makeTarget(target string, block bool) error {
 
 // mountView is what the mount table says about one volume.
 type mountView struct {
-	// staged is the source mounted at the staging path, "" if none.
-	staged string
+	// staged is what is mounted at the staging path, nil if nothing.
+	staged *mount.MountInfo
+	// stagedIsVolume says that staged is the volume's filesystem.
+	stagedIsVolume bool
 	// target is what is mounted at the target, nil if nothing.
 	target *mount.MountInfo
 	// targetIsVolume says that target is a publication of the volume.
@@ -700,22 +686,23 @@ type mountView struct {
 	others []string
 }
 
-// mountsOf reads the mount table once for everything NodePublishVolume
-// needs to know about the volume whose device is dev.
-func mountsOf(dev string, block bool, staging, target string) (mountView, error) {
+// mountsOf reads the mount table once for everything NodeStageVolume and
+// NodePublishVolume need to know about the volume whose device is dev.
+func (d *Driver) mountsOf(dev string, block bool, staging, target string) (mountView, error) {
 	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return mountView{}, fmt.Errorf("reading mountinfo: %w", err)
 	}
-	isPublication, err := publicationsOf(dev, block)
+	rdev, err := deviceNumber(dev)
 	if err != nil {
 		return mountView{}, err
 	}
+	isPublication := d.publicationsOf(rdev, block)
 	var v mountView
 	for _, mi := range infos {
 		switch {
 		case mi.MountPoint == staging:
-			v.staged = mi.Source
+			v.staged, v.stagedIsVolume = &mi, isFilesystemOf(mi, rdev)
 		case mi.MountPoint == target:
 			v.target, v.targetIsVolume = &mi, isPublication(mi)
 		case isPublication(mi):
@@ -725,41 +712,78 @@ func mountsOf(dev string, block bool, staging, target string) (mountView, error)
 	return v, nil
 }
 
-// publicationsOf returns the test of whether a mount is a publication of
-// the volume whose device is dev. A Filesystem volume's are mounts of
-// its filesystem: their source is dev. A Block volume's are bind mounts
-// of its device node, told by the device number: a block device node
-// with dev's. Its name and filesystem say nothing certain: the node is in
-// devtmpfs on a host, but in a tmpfs where /dev is a container's. Only
-// mounts of those two are looked at (stat of a hung network filesystem's
-// mount would hang).
-func publicationsOf(dev string, block bool) (func(mount.MountInfo) bool, error) {
-	if !block {
-		return func(mi mount.MountInfo) bool { return mi.Source == dev }, nil
+// deviceNumber returns the device number of the block device node dev.
+// Mounts are told by it, never by the device's name: the mount table names
+// the node mount(8) resolved dev to, and an lvm volume's /dev/<vg>/<lv> is
+// a link to /dev/dm-N, which it lists as /dev/mapper/<vg>-<lv>.
+func deviceNumber(dev string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		return 0, fmt.Errorf("device %s: %w", dev, err)
 	}
-	var want unix.Stat_t
-	if err := unix.Stat(dev, &want); err != nil {
-		return nil, fmt.Errorf("device %s: %w", dev, err)
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return 0, fmt.Errorf("device %s is not a block device", dev)
+	}
+	return st.Rdev, nil
+}
+
+// isFilesystemOf says that mi is a mount of the filesystem on the block
+// device whose number is rdev.
+func isFilesystemOf(mi mount.MountInfo, rdev uint64) bool {
+	return unix.Mkdev(uint32(mi.Major), uint32(mi.Minor)) == rdev
+}
+
+// publicationsOf returns the test of whether a mount is a publication of
+// the volume whose device number is rdev. A Filesystem volume's are mounts
+// of its filesystem. A Block volume's are bind mounts of its device node,
+// told by the device number: a block device node with rdev. Its name and
+// filesystem say nothing certain: the node is in devtmpfs on a host, but
+// in a tmpfs where /dev is a container's. Only mounts of those two are
+// looked at (stat of a hung network filesystem's mount would hang).
+//
+// The kubelet's own mounts made from a publication are not publications
+// (kubeletsOwnMount): a pod's subPath of it, or the kubelet's map of a
+// Block volume's. Nor is a device node a pod made itself and mounted with
+// subPath, whatever its device number.
+func (d *Driver) publicationsOf(rdev uint64, block bool) func(mount.MountInfo) bool {
+	if !block {
+		return func(mi mount.MountInfo) bool { return isFilesystemOf(mi, rdev) && !d.kubeletsOwnMount(mi.MountPoint) }
 	}
 	return func(mi mount.MountInfo) bool {
-		if mi.FsType != "devtmpfs" && mi.FsType != "tmpfs" {
+		if mi.FsType != "devtmpfs" && mi.FsType != "tmpfs" || d.kubeletsOwnMount(mi.MountPoint) {
 			return false
 		}
 		var st unix.Stat_t
-		return unix.Stat(mi.MountPoint, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK && st.Rdev == want.Rdev
-	}, nil
+		return unix.Stat(mi.MountPoint, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK && st.Rdev == rdev
+	}
+}
+
+// kubeletsOwnMount says that path is where the kubelet mounts what a pod
+// asked for from a volume: a subPath, under
+// pods/<uid>/volume-subpaths/, or the map of a Block volume's
+// publication, under plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/.
+func (d *Driver) kubeletsOwnMount(path string) bool {
+	rel, err := filepath.Rel(d.cfg.KubeletDir, path)
+	if err != nil {
+		return false
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	subPath := len(parts) > 3 && parts[0] == "pods" && parts[2] == "volume-subpaths"
+	blockMap := len(parts) > 6 && strings.Join(parts[:4], "/") == "plugins/kubernetes.io/csi/volumeDevices" && parts[4] != "publish" && parts[5] == "dev"
+	return subPath || blockMap
 }
 
 // devicePublications lists the bind mounts of dev's device node.
-func devicePublications(dev string) ([]string, error) {
+func (d *Driver) devicePublications(dev string) ([]string, error) {
 	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("reading mountinfo: %w", err)
 	}
-	isPublication, err := publicationsOf(dev, true)
+	rdev, err := deviceNumber(dev)
 	if err != nil {
 		return nil, err
 	}
+	isPublication := d.publicationsOf(rdev, true)
 	var pubs []string
 	for _, mi := range infos {
 		if isPublication(mi) {

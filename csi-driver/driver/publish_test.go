@@ -170,19 +170,7 @@ func TestBlockPublicationOnTmpfsDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(dev, &st); err != nil {
-		t.Fatal(err)
-	}
-	devDir := t.TempDir()
-	if err := unix.Mount("tmpfs", devDir, "tmpfs", 0, "mode=755"); err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Unmount(devDir, unix.MNT_DETACH)
-	node := filepath.Join(devDir, filepath.Base(dev))
-	if err := unix.Mknod(node, unix.S_IFBLK|0o660, int(st.Rdev)); err != nil {
-		t.Fatal(err)
-	}
+	node := nodeOnTmpfs(t, t.TempDir(), dev)
 	target := filepath.Join(e.kubelet, "pods", "tmpfs-dev")
 	if err := makeTarget(target, true); err != nil {
 		t.Fatal(err)
@@ -199,4 +187,105 @@ func TestBlockPublicationOnTmpfsDev(t *testing.T) {
 		t.Errorf("the volume's loop device is %q after the refused unstage, want %s, which the target still holds", now, dev)
 	}
 	e.teardown(t, id, staging, target)
+}
+
+// nodeOnTmpfs mounts a tmpfs at dir until the test ends and makes there a
+// block device node with dev's device number, as a container's /dev, or a
+// pod's emptyDir in memory, can hold one. It returns the node's path.
+func nodeOnTmpfs(t *testing.T, dir, dev string) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "mode=755"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	node := filepath.Join(dir, filepath.Base(dev))
+	if err := unix.Mknod(node, unix.S_IFBLK|0o660, int(st.Rdev)); err != nil {
+		t.Fatal(err)
+	}
+	return node
+}
+
+// bindAt bind-mounts source at path (made as a directory, or as a file for
+// a device node) until the test ends.
+func bindAt(t *testing.T, source, path string, file bool) {
+	t.Helper()
+	if err := makeTarget(path, file); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(source, path, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(path, unix.MNT_DETACH) })
+}
+
+// The kubelet's own mounts of a publication are not other publications. It
+// bind-mounts a pod's subPath of a Filesystem volume under
+// pods/<uid>/volume-subpaths, and a Block volume's publication under
+// plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/<uid>. After a kubelet
+// restart it publishes the volumes of its running pods again, at the same
+// targets: for a single-writer (ReadWriteOncePod) volume that must be OK.
+// Before, those mounts counted as second publications and the publish was
+// refused, FailedPrecondition, which the kubelet takes as final: the pod's
+// volume stayed uncertain and its containers were never restarted.
+func TestKubeletsOwnMountsAreNoOtherPublication(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	for _, block := range []bool{false, true} {
+		name := map[bool]string{false: "fs", true: "block"}[block]
+		t.Run(name, func(t *testing.T) {
+			cap := mountCap()
+			if block {
+				cap = blockCap()
+			}
+			cap.AccessMode.Mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER
+			id := e.createWith(t, "pvc-own-"+name, 300*mi, cap).VolumeId
+			staging := e.stage(t, id, cap)
+			target, err := e.publish(t, id, staging, "own-"+name, cap, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if block {
+				bindAt(t, target, filepath.Join(e.kubelet, "plugins/kubernetes.io/csi/volumeDevices", id, "dev", "pod-uid"), true)
+			} else {
+				sub := filepath.Join(target, "sub")
+				if err := os.Mkdir(sub, 0o750); err != nil {
+					t.Fatal(err)
+				}
+				bindAt(t, sub, filepath.Join(e.kubelet, "pods/pod-uid/volume-subpaths/data/app/0"), false)
+			}
+			if _, err := e.publish(t, id, staging, "own-"+name, cap, false); err != nil {
+				t.Errorf("publishing the single-writer volume again at its target, beside the kubelet's mount of it: %v, want OK", err)
+			}
+			// Another pod's publication is still refused.
+			_, err = e.publish(t, id, staging, "other-"+name, cap, false)
+			wantCode(t, err, codes.FailedPrecondition)
+		})
+	}
+}
+
+// A device node a pod made itself (mknod in an emptyDir, CAP_MKNOD under
+// the baseline Pod Security level) with the device number of another
+// tenant's Block volume, mounted into its container with subPath (the
+// kubelet bind-mounts it under pods/<uid>/volume-subpaths), is not a
+// publication of that volume: it does not hold the volume staged.
+// Before, the volume's NodeUnstageVolume was refused for ever, its loop
+// device stayed attached and DeleteVolume refused it as in use.
+func TestTenantsDeviceNodeHoldsNoVolume(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	cap := blockCap()
+	id := e.createWith(t, "pvc-victim", 64*mi, cap).VolumeId
+	staging := e.stage(t, id, cap)
+	dev, err := e.d.disk("xfs").backend.Device(e.ctx, "pvc-victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := nodeOnTmpfs(t, filepath.Join(e.kubelet, "pods/tenant/volumes/kubernetes.io~empty-dir/cache"), dev)
+	bindAt(t, node, filepath.Join(e.kubelet, "pods/tenant/volume-subpaths/cache/app/0"), true)
+	e.teardown(t, id, staging)
 }

@@ -459,7 +459,7 @@ func TestFailedRestageKeepsPublishedBlockDevice(t *testing.T) {
 	fill.Close()
 	_, err = e.d.NodeStageVolume(e.ctx, &csi.NodeStageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeCapability: cap})
 	t.Logf("re-stage: %v", err)
-	pubs, _ := devicePublications(dev)
+	pubs, _ := e.d.devicePublications(dev)
 	got, _ := dk.backend.Device(e.ctx, "pvc-block-old")
 	if len(pubs) > 0 && got != dev {
 		t.Errorf("the re-stage detached %s (now %q) while it is published at %v", dev, got, pubs)
