@@ -49,14 +49,34 @@ func IsDiskFitPV(pv *v1.PersistentVolume) bool {
 	return pv.Spec.CSI != nil && pv.Spec.CSI.Driver == DriverName
 }
 
+// VolumeIDSeparator separates the disk from the rest in the driver's
+// volume and snapshot IDs, "<disk>:<key>"; a disk name cannot hold it.
+const VolumeIDSeparator = ":"
+
+// HandleDisk returns the disk a volume handle of the diskfit driver names,
+// "" when it names none.
+func HandleDisk(handle string) string {
+	disk, _, ok := strings.Cut(handle, VolumeIDSeparator)
+	if !ok {
+		return ""
+	}
+	return disk
+}
+
 // PVLocation returns where a diskfit PV lives, and false for PVs of other
 // drivers or without a well-formed disk name (one that no DiskNode can
-// hold counts against nothing).
+// hold counts against nothing). The disk is the one its volume attributes
+// name (VolumeContextDiskKey), as the provisioner writes them, or else the
+// one its handle names, which the driver serves it from (a PV made by hand
+// may carry no attributes).
 func PVLocation(pv *v1.PersistentVolume) (Location, bool) {
 	if !IsDiskFitPV(pv) {
 		return Location{}, false
 	}
 	disk := pv.Spec.CSI.VolumeAttributes[VolumeContextDiskKey]
+	if disk == "" {
+		disk = HandleDisk(pv.Spec.CSI.VolumeHandle)
+	}
 	if ValidateDiskName(disk) != nil {
 		return Location{}, false
 	}

@@ -89,6 +89,12 @@ func TestPVCLocation(t *testing.T) {
 	}
 }
 
+func withHandle(pv *v1.PersistentVolume, handle string) *v1.PersistentVolume {
+	pv.Spec.CSI.VolumeHandle = handle
+	pv.Spec.CSI.VolumeAttributes = nil
+	return pv
+}
+
 func TestPVLocation(t *testing.T) {
 	volume := func(driver, disk string, exprs ...v1.NodeSelectorRequirement) *v1.PersistentVolume {
 		pv := &v1.PersistentVolume{Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: v1.PersistentVolumeSource{
@@ -119,6 +125,10 @@ func TestPVLocation(t *testing.T) {
 		{name: "not In", pv: volume(DriverName, "nvme0", on(TopologyKey, v1.NodeSelectorOpNotIn, "node-a"))},
 		{name: "no disk", pv: volume(DriverName, "", on(TopologyKey, v1.NodeSelectorOpIn, "node-a"))},
 		{name: "malformed disk", pv: volume(DriverName, "a/b", on(TopologyKey, v1.NodeSelectorOpIn, "node-a"))},
+		// A PV made by hand from the handle, size and node diskfit status
+		// shows: the driver serves it from the handle, which names the disk.
+		{name: "disk in the handle only", pv: withHandle(volume(DriverName, "", on(TopologyKey, v1.NodeSelectorOpIn, "node-a")), "nvme0:pvc-1"), want: Location{Node: "node-a", Disk: "nvme0"}, ok: true},
+		{name: "handle without a disk", pv: withHandle(volume(DriverName, "", on(TopologyKey, v1.NodeSelectorOpIn, "node-a")), "pvc-1")},
 	}
 	for _, tt := range tests {
 		if loc, ok := PVLocation(tt.pv); ok != tt.ok || loc != tt.want {

@@ -13,7 +13,7 @@ import (
 // Volume and snapshot IDs are "<disk>:<key>". The separator cannot appear in
 // a disk name, and the key is a name that is safe as a file or LV name
 // (backend.KeyForName), so an ID can never point outside its disk.
-const idSeparator = ":"
+const idSeparator = diskfit.VolumeIDSeparator
 
 // maxNameLength bounds CSI volume and snapshot names (the CSI spec asks
 // plugins to accept at least 128 bytes, and no more is needed).
