@@ -304,6 +304,9 @@ func (r drainReplica) noStatefulSet() string {
 // releaseReplica releases the replica's claims and waits for its
 // StatefulSet to run it again. It returns the claims it released.
 func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Writer, r drainReplica) ([]drainClaim, error) {
+	if err := o.waitForTheOthers(ctx, c, out, r); err != nil {
+		return nil, err
+	}
 	var released []drainClaim
 	for _, cl := range r.claims {
 		// The claim was listed before earlier replicas' waits: it is
@@ -340,8 +343,98 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 	return released, nil
 }
 
+// waitForTheOthers waits, up to the timeout, until every other replica of
+// r's StatefulSet is up (podUp), so that releasing r never takes a second
+// replica down at once: one that crash-loops or is Pending, or a replica
+// this drain, or one interrupted before it, released and that is not back
+// yet. A replica no StatefulSet owns waits for nothing.
+func (o *drainOptions) waitForTheOthers(ctx context.Context, c *Clients, out io.Writer, r drainReplica) error {
+	sts := r.claims[0].statefulSet
+	if sts == "" {
+		return nil
+	}
+	down, err := othersDown(ctx, c, r)
+	if err != nil || len(down) == 0 {
+		return err
+	}
+	fmt.Fprintf(out, "  Waiting up to %s for the other replicas of StatefulSet %s before releasing %s: %s...\n", o.timeout, sts, r.name(), strings.Join(down, ", "))
+	err = wait.PollUntilContextTimeout(ctx, o.poll, o.timeout, false, func(ctx context.Context) (bool, error) {
+		down, err = othersDown(ctx, c, r)
+		return err == nil && len(down) == 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("%s not released: StatefulSet %s has other replicas down (%s); releasing it now would take one more down: "+
+			"run drain again once they run: %w", r.name(), sts, strings.Join(down, ", "), err)
+	}
+	return nil
+}
+
+// othersDown says which replicas of r's StatefulSet, other than r, are not
+// up: its pods that are not, and how many it lacks of spec.replicas.
+func othersDown(ctx context.Context, c *Clients, r drainReplica) ([]string, error) {
+	first := r.claims[0]
+	ns, name := first.PVC.Namespace, first.statefulSet
+	var owner types.UID
+	mine := map[string]bool{}
+	for _, cl := range r.claims {
+		for _, p := range cl.pods {
+			mine[p.Name] = true
+			if ref := metav1.GetControllerOf(&p); ref != nil && owner == "" {
+				owner = ref.UID
+			}
+		}
+	}
+	pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of StatefulSet %s/%s: %w", ns, name, err)
+	}
+	var down []string
+	n := 0
+	for _, p := range pods.Items {
+		ref := metav1.GetControllerOf(&p)
+		if ref == nil || ref.UID != owner {
+			continue
+		}
+		n++
+		if mine[p.Name] {
+			continue
+		}
+		if why := podUp(&p); why != "" {
+			down = append(down, "pod "+p.Name+" is "+why)
+		}
+	}
+	set, err := c.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// Gone: nothing makes its pods again.
+	case err != nil:
+		return nil, fmt.Errorf("reading StatefulSet %s/%s: %w", ns, name, err)
+	case set.UID == owner && set.Spec.Replicas != nil && int32(n) < *set.Spec.Replicas:
+		down = append(down, fmt.Sprintf("StatefulSet %s has %d of its %d pods", name, n, *set.Spec.Replicas))
+	}
+	slices.Sort(down)
+	return down, nil
+}
+
+// podUp returns why pod p is not up (Running, Ready and not being
+// deleted), or "" when it is.
+func podUp(p *v1.Pod) string {
+	switch {
+	case p.DeletionTimestamp != nil:
+		return "being deleted"
+	case p.Status.Phase != v1.PodRunning:
+		return string(cmp.Or(p.Status.Phase, "new"))
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady && c.Status == v1.ConditionTrue {
+			return ""
+		}
+	}
+	return "not Ready"
+}
+
 // replicaState says what is missing for the replica to be back: its pods,
-// recreated (another UID; a pod that was on no node stays) and Running,
+// recreated (another UID; a pod that was on no node stays) and up (podUp),
 // and its claims, recreated and Bound. It is empty when nothing is.
 func replicaState(ctx context.Context, c *Clients, r drainReplica) []string {
 	var missing []string
@@ -359,10 +452,13 @@ func replicaState(ctx context.Context, c *Clients, r drainReplica) []string {
 				// volume): its StatefulSet gives it the new claim.
 				s = ""
 			}
+			if s == "" {
+				if why := podUp(got); why != "" {
+					s = "pod " + p.Name + " is " + why
+				}
+			}
 			if s != "" {
 				missing = append(missing, s)
-			} else if got.Status.Phase != v1.PodRunning || got.DeletionTimestamp != nil {
-				missing = append(missing, fmt.Sprintf("pod %s is %s", p.Name, cmp.Or(got.Status.Phase, "new")))
 			}
 		}
 		got, err := c.Kube.CoreV1().PersistentVolumeClaims(cl.PVC.Namespace).Get(ctx, cl.PVC.Name, metav1.GetOptions{})

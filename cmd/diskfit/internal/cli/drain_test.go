@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -188,6 +189,7 @@ func statefulSet(ctx context.Context, t *testing.T, client kubernetes.Interface,
 				if got.Status.Phase == corev1.PodPending && newClaims(got) && !stuck {
 					// Scheduled where its new claims' volumes are.
 					got.Spec.NodeName, got.Status.Phase = "node-b", corev1.PodRunning
+					got.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 					if _, err := client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
 						t.Error(err)
 					}
@@ -319,6 +321,56 @@ func testDrainWaitsForAReplicaNotOnTheNode(t *testing.T, hold time.Duration) {
 	if !strings.Contains(out, "Released claim shop/data-web-0: PV pv-w0 kept (reclaim policy Retain), claim deleted. "+
 		"Pod web-0, on no node yet, stays: its StatefulSet gives it a new claim.\n") || !strings.Contains(out, "shop/web-0 is running again.") {
 		t.Errorf("drain did not say what it did with web-0 and wait for it:\n%s", out)
+	}
+}
+
+// TestDrainTakesNoReplicaDownWhileAnotherIsDown: web-2, a third replica
+// of StatefulSet web on another node, is not Ready (crash-looping, or
+// Pending after a reschedule), or its pod is gone and not made again yet.
+// Releasing web-0 or web-1 now would take a second replica down at once,
+// which a quorum system (three replicas, two needed) does not survive:
+// drain waits for web-2 and, as it stays down, releases nothing and says
+// why. Before, it released web-0 at once. The same holds for a drain run
+// again after one was interrupted while waiting for its replica to come
+// back.
+func TestDrainTakesNoReplicaDownWhileAnotherIsDown(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		down func(*corev1.Pod)
+		want string
+	}{
+		{"not ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, "pod web-2 is not Ready"},
+		{"pending", func(p *corev1.Pod) { p.Spec.NodeName, p.Status.Phase, p.Status.Conditions = "", corev1.PodPending, nil }, "pod web-2 is Pending"},
+		{"gone", nil, "StatefulSet web has 2 of its 3 pods"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := drainCluster()
+			ctx := context.Background()
+			replicas := int32(3)
+			sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "web-uid"}, Spec: appsv1.StatefulSetSpec{Replicas: &replicas}}
+			if _, err := c.Kube.AppsV1().StatefulSets("shop").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.down != nil {
+				web2 := replicaPod("web-2", "data-web-2")
+				web2.Spec.NodeName = "node-b"
+				tc.down(web2)
+				if _, err := c.Kube.CoreV1().Pods("shop").Create(ctx, web2, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Kube.(*kubefake.Clientset).ClearActions()
+			out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--timeout", "300ms")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("drain with replica web-2 down: %v, want an error saying %q\n%s", err, tc.want, out)
+			}
+			for _, w := range writes(c) {
+				if strings.HasPrefix(w, "delete") {
+					t.Errorf("drain took a replica down while web-2 was down: writes %q", writes(c))
+					break
+				}
+			}
+		})
 	}
 }
 

@@ -40,9 +40,11 @@ func (p podBuilder) withConfigMap(volume string) podBuilder {
 	return p
 }
 
+// onNode makes the pod run, Ready, on node.
 func (p podBuilder) onNode(node string) podBuilder {
 	p.Spec.NodeName = node
 	p.Status.Phase = corev1.PodRunning
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	return p
 }
 
