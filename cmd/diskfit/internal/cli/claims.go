@@ -22,6 +22,9 @@ type diskClaim struct {
 	// release is true when the claim asked to be released when its disk
 	// is lost (diskfit.ReleasedOnDiskLoss).
 	release bool
+	// deleting is true when the claim is being deleted: it stays, and its
+	// volume in use, as long as a pod uses it.
+	deleting bool
 }
 
 // key is the claim's namespace/name.
@@ -30,17 +33,28 @@ func (d diskClaim) key() string {
 }
 
 // onDiskLoss is what becomes of the claim when its disk is lost or
-// drained with --release, as the annotation says it.
+// drained with --release, as the annotation says it, and whether it is
+// being deleted.
 func (d diskClaim) onDiskLoss() string {
-	if d.release {
-		return diskfit.OnDiskLossRelease
+	return onDiskLoss(d.release, d.deleting)
+}
+
+func onDiskLoss(release, deleting bool) string {
+	what := diskfit.OnDiskLossKeep
+	if release {
+		what = diskfit.OnDiskLossRelease
 	}
-	return diskfit.OnDiskLossKeep
+	if deleting {
+		what += ", being deleted"
+	}
+	return what
 }
 
 // claimsOn lists the bound claims whose volumes live on the disks keep
-// accepts, sorted by node, disk, namespace and name. Claims being deleted,
-// and PVs whose claim is gone, are left out: they are on their way out.
+// accepts, sorted by node, disk, namespace and name. A claim being deleted
+// is listed: it stays as long as a pod uses its volume (a release left
+// half done by an interrupted drain is one). PVs whose claim is gone are
+// left out.
 func claimsOn(ctx context.Context, c *Clients, keep func(diskfit.Location) bool) ([]diskClaim, error) {
 	pvs, err := c.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -75,7 +89,7 @@ func claimsOn(ctx context.Context, c *Clients, keep func(diskfit.Location) bool)
 			return true
 		}
 		pvc := &pvcs.Items[i]
-		return !diskfit.BoundClaim(d.PV, pvc) || pvc.DeletionTimestamp != nil
+		return !diskfit.BoundClaim(d.PV, pvc)
 	})
 	for i := range out {
 		d := &out[i]
@@ -87,6 +101,7 @@ func claimsOn(ctx context.Context, c *Clients, keep func(diskfit.Location) bool)
 			}
 		}
 		d.release = diskfit.ReleasedOnDiskLoss(d.PVC, d.Class)
+		d.deleting = d.PVC.DeletionTimestamp != nil
 	}
 	slices.SortFunc(out, func(a, b diskClaim) int {
 		return cmp.Or(cmp.Compare(a.loc.Node, b.loc.Node), cmp.Compare(a.loc.Disk, b.loc.Disk),

@@ -374,6 +374,49 @@ func TestDrainTakesNoReplicaDownWhileAnotherIsDown(t *testing.T) {
 	}
 }
 
+// TestDrainFinishesAReleaseLeftHalfDone: a drain was interrupted (Ctrl-C,
+// a lost connection, no right to delete pods) after it deleted claim
+// data-web-0 and before it deleted pod web-0. The claim stays, being
+// deleted, as long as the pod uses its volume. It is still on the disk:
+// drain and status list it, and drain --release finishes its release (the
+// pod is deleted, the PV stays Retain). Before, both left it out as on
+// its way out, and said "No claims on disk" of a disk a pod was using.
+func TestDrainFinishesAReleaseLeftHalfDone(t *testing.T) {
+	c := drainCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims("shop").Get(ctx, "data-web-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	pvc.DeletionTimestamp, pvc.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
+	if _, err := c.Kube.CoreV1().PersistentVolumeClaims("shop").Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0")
+	if err != nil || !strings.Contains(out, "shop/data-web-0  nvme0  pv-w0  web-0  StatefulSet web  release, being deleted\n") {
+		t.Errorf("drain does not list claim data-web-0, being deleted while pod web-0 uses it: %v\n%s", err, out)
+	}
+	out, _, err = runWith(c, "", "status", "node-a")
+	if err != nil || !strings.Contains(out, "node-a/nvme0: shop/data-web-0 (release, being deleted)") {
+		t.Errorf("status does not list claim data-web-0, being deleted while pod web-0 uses it: %v\n%s", err, out)
+	}
+	c.Kube.(*kubefake.Clientset).ClearActions()
+	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
+	out, _, err = runWith(c, "", "drain", "node-a/nvme0", "--release")
+	cancel()
+	if err != nil {
+		t.Fatalf("drain: %v\n%s", err, out)
+	}
+	if w := writes(c); !slices.Contains(w, "delete pods web-0") {
+		t.Errorf("drain did not finish the release of claim data-web-0: pod web-0 not deleted; writes %q\n%s", w, out)
+	}
+	if got := reclaimPolicy(t, c, "pv-w0"); got != corev1.PersistentVolumeReclaimRetain {
+		t.Errorf("PV pv-w0 has reclaim policy %q, want Retain", got)
+	}
+}
+
 // TestDrainKeepsABarePodOnNoNode: the pod using claim tool-data, which no
 // controller owns, is Pending on no node, and the deleted claim stays a
 // moment, being deleted. Nothing would make that pod again: drain

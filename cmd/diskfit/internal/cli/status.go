@@ -91,6 +91,9 @@ type DiskClaimReport struct {
 	// releases it when the disk fails for good, diskfit drain --release
 	// when an admin drains it. Otherwise it stays.
 	ReleaseOnDiskLoss bool `json:"releaseOnDiskLoss"`
+	// BeingDeleted is true when the claim is being deleted while a pod
+	// still uses its volume.
+	BeingDeleted bool `json:"beingDeleted,omitempty"`
 }
 
 // statusOptions are diskfit status's flags and arguments.
@@ -220,7 +223,7 @@ func (r *StatusReport) addClaims(ctx context.Context, c *Clients) error {
 	}
 	for _, cl := range claims {
 		d := affected[cl.loc]
-		d.Claims = append(d.Claims, DiskClaimReport{Namespace: cl.PVC.Namespace, Name: cl.PVC.Name, PV: cl.PV.Name, ReleaseOnDiskLoss: cl.release})
+		d.Claims = append(d.Claims, DiskClaimReport{Namespace: cl.PVC.Namespace, Name: cl.PVC.Name, PV: cl.PV.Name, ReleaseOnDiskLoss: cl.release, BeingDeleted: cl.deleting})
 	}
 	return nil
 }
@@ -262,11 +265,7 @@ func PrintStatusTable(out io.Writer, r StatusReport, now time.Time) error {
 				cordoned = append(cordoned, fmt.Sprintf("%s/%s: %s", n.Name, d.Name, cmp.Or(d.UnschedulableReason, "no reason given")))
 			}
 			for _, cl := range d.Claims {
-				what := diskfit.OnDiskLossKeep
-				if cl.ReleaseOnDiskLoss {
-					what = diskfit.OnDiskLossRelease
-				}
-				claims = append(claims, fmt.Sprintf("%s/%s: %s/%s (%s)", n.Name, d.Name, cl.Namespace, cl.Name, what))
+				claims = append(claims, fmt.Sprintf("%s/%s: %s/%s (%s)", n.Name, d.Name, cl.Namespace, cl.Name, onDiskLoss(cl.ReleaseOnDiskLoss, cl.BeingDeleted)))
 			}
 			withoutPV = append(withoutPV, describeWithoutPV(n.Name, d, now)...)
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n",
