@@ -150,6 +150,10 @@ type failure struct {
 	told map[string]bool
 	// toldHeld is true once its claims were told their release is held.
 	toldHeld bool
+	// settled is true once a pass past the grace time, releases not
+	// held, found no claim of the disk left to release: from then on it
+	// no longer counts towards MaxNodesWithFailedDisks.
+	settled bool
 }
 
 // notFailing is one unhealthy disk that did not fail.
@@ -417,7 +421,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 			}
 		}
 	}
-	held := c.tooManyNodesFailing(len(dns), claims)
+	held := c.tooManyNodesFailing(len(dns))
 	if held != c.holding {
 		if held != "" {
 			logger.Info("Releasing no claim of a failed disk", "reason", held)
@@ -436,6 +440,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 		}
 		release := optedIn(claims[loc])
 		if len(release) == 0 {
+			f.settled = true
 			continue
 		}
 		if err := c.confirmFailed(ctx, loc); err != nil {
@@ -468,15 +473,18 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 	}
 }
 
-// tooManyNodesFailing says why releases are held, if disks with claims to
-// release fail on more nodes at once than MaxNodesWithFailedDisks of the
-// diskNodes nodes allows. A failed disk with nothing left to release (its
-// claims released, or none opted in: a dead disk awaiting replacement)
-// does not count, or it would hold every later release.
-func (c *Controller) tooManyNodesFailing(diskNodes int, claims map[diskfit.Location][]Claim) string {
+// tooManyNodesFailing says why releases are held, if disks fail on more
+// nodes at once than MaxNodesWithFailedDisks of the diskNodes nodes
+// allows. Every failed disk counts, with claims to release or not (a
+// driver rolled out to every node fails disks without claims too), until
+// it is settled: its grace time passed while releases were not held, and
+// it has nothing left to release (its claims released, or none opted in:
+// a dead disk awaiting replacement). A settled failure counting would
+// hold every later release.
+func (c *Controller) tooManyNodesFailing(diskNodes int) string {
 	nodes := sets.New[string]()
-	for loc := range c.failing {
-		if len(optedIn(claims[loc])) > 0 {
+	for loc, f := range c.failing {
+		if !f.settled {
 			nodes.Insert(loc.Node)
 		}
 	}

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -502,10 +503,66 @@ func TestDisksFailingOnManyNodesReleaseNothing(t *testing.T) {
 	}
 }
 
+// TestDisksFailingOnManyNodesWithoutClaimsReleaseNothing: a driver or
+// kernel rolled out to every node makes the disks of all 30 nodes report
+// failed at once; a 3-replica StatefulSet opted in has its claims on 3 of
+// them, within the limit (10% of 30). The other 27 failures, with no claim
+// to release, show the cause is shared all the same: nothing is released,
+// or every replica is recreated empty at once. Once failures are back on
+// few enough nodes, the disks' claims are released.
+func TestDisksFailingOnManyNodesWithoutClaimsReleaseNothing(t *testing.T) {
+	var objs []runtime.Object
+	var dns []*v1alpha1.DiskNode
+	for i := 1; i <= 30; i++ {
+		n := "n" + strconv.Itoa(i)
+		objs = append(objs, node(n))
+		dns = append(dns, diskNode(n, "d0"))
+	}
+	replicas := []string{"web-0", "web-1", "web-2"}
+	for i, name := range replicas {
+		objs = append(objs, claim(name, plainClass, "n"+strconv.Itoa(i+1), "d0", releaseAnnotation)...)
+	}
+	objs = append(objs, claim("kept-on-n4", plainClass, "n4", "d0", nil)...)
+	e := newEnv(t, objs, dns...)
+	e.c.opts.MaxNodesWithFailedDisks = DefaultMaxNodesWithFailedDisks
+	e.c.Pass(e.ctx)
+	for _, dn := range dns {
+		e.setHealthy(dn.Name, "d0", false)
+	}
+	e.c.Pass(e.ctx)
+	for range 3 {
+		e.step(diskGrace)
+	}
+	for _, name := range replicas {
+		if !e.pvcExists(name) {
+			t.Errorf("claim %s released while disks failed on all 30 nodes at once, its replicas on 3 of them", name)
+		}
+		if pv := e.pv("pv-" + name); pv == nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimDelete {
+			t.Errorf("PV of claim %s: %v, want it kept with reclaim policy Delete", name, pvPolicy(pv))
+		}
+		if got := e.rec.of(name); !slices.ContainsFunc(got, func(ev string) bool { return strings.Contains(ev, ReasonReleaseHeld) }) {
+			t.Errorf("events of %s = %q, want one %s", name, got, ReasonReleaseHeld)
+		}
+	}
+	for _, dn := range dns[1:] {
+		e.setHealthy(dn.Name, "d0", true)
+	}
+	e.step(time.Second)
+	if e.pvcExists("web-0") {
+		t.Error("claim web-0 kept once disks failed on one node only, past the grace time")
+	}
+	for _, name := range []string{"web-1", "web-2", "kept-on-n4"} {
+		if !e.pvcExists(name) {
+			t.Errorf("claim %s of a recovered disk released", name)
+		}
+	}
+}
+
 // TestAnOldFailureHoldsNoRelease: a disk that failed long ago and has no
 // claim left to release (dead, awaiting replacement) does not count
-// towards MaxNodesWithFailedDisks: a disk failing on another node later
-// has its claims released as if it were the only one.
+// towards MaxNodesWithFailedDisks once its grace time passed with no
+// release held: a disk failing on another node later has its claims
+// released as if it were the only one.
 func TestAnOldFailureHoldsNoRelease(t *testing.T) {
 	objs := []runtime.Object{node("n1"), node("n2"), node("n3")}
 	objs = append(objs, claim("kept-on-n1", plainClass, "n1", "d0", nil)...)
@@ -513,6 +570,7 @@ func TestAnOldFailureHoldsNoRelease(t *testing.T) {
 	e := newEnv(t, objs, diskNode("n1", "d0"), diskNode("n2", "d0"), diskNode("n3", "d0"))
 	e.c.Pass(e.ctx)
 	e.setHealthy("n1", "d0", false)
+	e.c.Pass(e.ctx) // the controller sees the failure when it happens
 	e.step(10 * diskGrace)
 	e.setHealthy("n2", "d0", false)
 	e.c.Pass(e.ctx)
