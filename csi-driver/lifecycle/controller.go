@@ -3,7 +3,8 @@
 //
 // A local volume lives and dies with its disk. When a disk fails for good
 // (its node's DiskNode has reported it unhealthy for DiskFailureGrace) or
-// its Node is deleted (the machine is gone, for NodeLossGrace), the claims
+// its node is gone (its Node deleted and its driver no longer reporting,
+// for NodeLossGrace), the claims
 // on it whose owner opted in (diskfit.ReleasedOnDiskLoss,
 // diskfit.ReleasedOnNodeLoss) are released: the claim and its pod are
 // deleted, and a StatefulSet recreates both on a working disk. Claims that
@@ -13,9 +14,9 @@
 // Deleting a claim is final, so the caches only nominate: before anything
 // is deleted, a quorum read from the API server must confirm the loss, the
 // loss must have lasted its grace time (counted from the first pass that
-// saw it; seeing the disk healthy or the Node again starts over), and a
-// failed disk's status must be fresh (a node that stopped reporting is not
-// a failed disk). Only the elected leader runs passes (cmd/diskfit-controller).
+// saw it; seeing the disk healthy, or the Node or its driver's reports
+// again, starts over), and a failed disk's status must be fresh (a node
+// that stopped reporting is not a failed disk). Only the elected leader runs passes (cmd/diskfit-controller).
 // Released volumes of a failed disk keep their data: their PVs become
 // Retain (ReleaseKeepingData).
 package lifecycle
@@ -75,8 +76,8 @@ const (
 
 // Options configure a Controller.
 type Options struct {
-	// NodeLossGrace is how long a Node must stay deleted before its
-	// opted-in claims are released.
+	// NodeLossGrace is how long a node must stay gone (its Node deleted,
+	// its driver not reporting) before its opted-in claims are released.
 	NodeLossGrace time.Duration
 	// DiskFailureGrace is how long a disk must stay unhealthy before its
 	// opted-in claims are released.
@@ -124,11 +125,11 @@ type Controller struct {
 
 	// mu serializes passes.
 	mu sync.Mutex
-	// nodeGoneSince is when the API server first answered NotFound for a
-	// node with claims to release.
+	// nodeGoneSince is when the API server first said gone (disknodes.go)
+	// a node with claims to release.
 	nodeGoneSince map[string]time.Time
 	// diskNodeGoneSince is when a pass first saw a DiskNode with an empty
-	// spec whose Node the cache does not have (disknodes.go).
+	// spec whose node seems gone (disknodes.go).
 	diskNodeGoneSince map[string]time.Time
 	// failing holds the disks seen failed in a fresh status.
 	failing map[diskfit.Location]*failure
@@ -289,12 +290,13 @@ func (c *Controller) claimsByDisk() (map[diskfit.Location][]Claim, error) {
 }
 
 // releaseLostNodes releases the opted-in claims of nodes the API server
-// has said for NodeLossGrace do not exist.
+// has said for NodeLossGrace are gone (disknodes.go): their Node deleted,
+// and their driver not reporting.
 func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Location][]Claim) {
 	logger := klog.FromContext(ctx)
 	lost := map[string][]Claim{}
 	for loc, list := range claims {
-		if _, err := c.nodes.Get(loc.Node); !apierrors.IsNotFound(err) {
+		if !c.seemsGone(loc.Node) {
 			continue
 		}
 		for _, cl := range list {
@@ -303,8 +305,8 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 			}
 		}
 	}
-	// A node back in the cache, or without claims left to release,
-	// starts over.
+	// A node back in the cache or reporting again, or without claims
+	// left to release, starts over.
 	for name := range c.nodeGoneSince {
 		if _, ok := lost[name]; !ok {
 			delete(c.nodeGoneSince, name)
@@ -312,13 +314,13 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 	}
 	now := c.opts.Clock.Now()
 	for name, list := range lost {
-		exists, err := c.nodeExists(ctx, name)
+		gone, err := c.gone(ctx, name)
 		switch {
 		case err != nil:
-			logger.Error(err, "Reading a Node missing from the cache; its claims are not released now", "node", name)
+			logger.Error(err, "Reading a node that seems gone; its claims are not released now", "node", name)
 			continue
-		case exists:
-			logger.V(2).Info("Node missing from the cache exists; its claims stay", "node", name)
+		case !gone:
+			logger.V(2).Info("Node that seems gone exists or reports; its claims stay", "node", name)
 			delete(c.nodeGoneSince, name)
 			continue
 		}
@@ -328,7 +330,7 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 			logger.Info("Node is gone; releasing its opted-in claims unless it comes back", "node", name, "after", c.opts.NodeLossGrace)
 			for _, cl := range list {
 				c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonNodeGone, "Release",
-					"Node %s, which holds this claim's volume, was deleted; the claim is released at %s unless the node comes back",
+					"Node %s, which holds this claim's volume, was deleted and its driver no longer reports; the claim is released at %s unless the node comes back",
 					name, now.Add(c.opts.NodeLossGrace).UTC().Format(time.RFC3339))
 			}
 			continue

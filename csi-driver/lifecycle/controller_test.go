@@ -50,6 +50,9 @@ type env struct {
 	df     *dffake.Clientset
 	clock  *testingclock.FakeClock
 	rec    *recorder
+	// silent holds the nodes whose driver stopped reporting: step does
+	// not refresh their DiskNodes.
+	silent map[string]bool
 }
 
 // recorder keeps the events the controller emits.
@@ -97,7 +100,7 @@ func newEnv(t *testing.T, objs []runtime.Object, dns ...*v1alpha1.DiskNode) *env
 		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: plainClass}, Provisioner: diskfit.DriverName},
 		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: optInClass}, Provisioner: diskfit.DriverName,
 			Parameters: map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossRelease}})
-	e := &env{t: t, ctx: ctx, clock: testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), rec: &recorder{}}
+	e := &env{t: t, ctx: ctx, clock: testingclock.NewFakeClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), rec: &recorder{}, silent: map[string]bool{}}
 	var dnObjs []runtime.Object
 	for _, dn := range dns {
 		dn.Status.ObservedTime = metav1.NewTime(e.clock.Now())
@@ -131,7 +134,7 @@ func newEnv(t *testing.T, objs []runtime.Object, dns ...*v1alpha1.DiskNode) *env
 }
 
 // step moves the clock on and has every DiskNode report afresh, as the
-// drivers do, then runs a pass.
+// drivers do (but those of silent nodes), then runs a pass.
 func (e *env) step(d time.Duration) {
 	e.t.Helper()
 	e.clock.Step(d)
@@ -141,6 +144,9 @@ func (e *env) step(d time.Duration) {
 	}
 	for i := range list.Items {
 		dn := &list.Items[i]
+		if e.silent[dn.Name] {
+			continue
+		}
 		dn.Status.ObservedTime = metav1.NewTime(e.clock.Now())
 		e.setDiskNode(dn)
 	}

@@ -21,12 +21,14 @@ import (
 // maintenance, a kubelet registering anew), and a cordon lost with it
 // would send new volumes to a disk taken out of service. So no DiskNode is
 // owned by its Node, and tidyDiskNodes does what the garbage collector did
-// for the others: it deletes the DiskNode of a Node gone for NodeLossGrace
-// (confirmed by a quorum read) when its spec is empty. One that holds a
-// decision stays until the Node is back or an admin deletes it.
+// for the others: it deletes the DiskNode of a node gone for NodeLossGrace
+// (confirmed by quorum reads) when its spec is empty. One that holds a
+// decision stays until the Node is back or an admin deletes it. So does
+// one its driver still refreshes (the node is not gone): the driver makes
+// a DiskNode only for a Node that exists, and could not make it again.
 
 // tidyDiskNodes removes the Node owner references drivers of earlier
-// versions set, and deletes the DiskNodes of Nodes gone for the grace time
+// versions set, and deletes the DiskNodes of nodes gone for the grace time
 // whose spec is empty.
 func (c *Controller) tidyDiskNodes(ctx context.Context) {
 	logger := klog.FromContext(ctx)
@@ -41,7 +43,7 @@ func (c *Controller) tidyDiskNodes(ctx context.Context) {
 		if slices.ContainsFunc(dn.OwnerReferences, isNode) {
 			c.disown(ctx, dn)
 		}
-		if _, err := c.nodes.Get(dn.Name); !apierrors.IsNotFound(err) {
+		if !c.seemsGone(dn.Name) {
 			continue
 		}
 		if !reflect.DeepEqual(dn.Spec, v1alpha1.DiskNodeSpec{}) {
@@ -56,9 +58,9 @@ func (c *Controller) tidyDiskNodes(ctx context.Context) {
 		if now.Sub(since) < c.opts.NodeLossGrace {
 			continue
 		}
-		if exists, err := c.nodeExists(ctx, dn.Name); err != nil || exists {
+		if gone, err := c.gone(ctx, dn.Name); err != nil || !gone {
 			if err != nil {
-				logger.Error(err, "Reading a Node missing from the cache; its DiskNode stays for now", "node", dn.Name)
+				logger.Error(err, "Reading a node that seems gone; its DiskNode stays for now", "node", dn.Name)
 			}
 			continue
 		}
@@ -94,12 +96,32 @@ func (c *Controller) disown(ctx context.Context, dn *v1alpha1.DiskNode) {
 	}
 }
 
-// nodeExists asks the API server (a quorum read, not a cache) whether Node
-// name exists.
-func (c *Controller) nodeExists(ctx context.Context, name string) (bool, error) {
-	_, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
+// A node is gone when its Node is deleted and its driver no longer
+// reports: it has no DiskNode, or one whose status is not fresh (the
+// freshness a failed disk's status needs). A Node is deleted while its
+// machine runs on (kubectl delete node for maintenance, a cloud
+// controller's bug), its volumes and their data intact. The caches only
+// nominate (seemsGone); quorum reads decide (gone).
+
+// seemsGone says whether the caches have neither Node name nor a fresh
+// DiskNode of it.
+func (c *Controller) seemsGone(name string) bool {
+	if _, err := c.nodes.Get(name); !apierrors.IsNotFound(err) {
+		return false
 	}
-	return err == nil, err
+	dn, err := c.diskNodes.Get(name)
+	return apierrors.IsNotFound(err) || err == nil && !c.fresh(dn)
+}
+
+// gone asks the API server (quorum reads, not caches) whether node name
+// is gone.
+func (c *Controller) gone(ctx context.Context, name string) (bool, error) {
+	if _, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	dn, err := c.diskfit.DiskfitV1alpha1().DiskNodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return err == nil && !c.fresh(dn), err
 }

@@ -29,14 +29,24 @@ func ownedByNode(dn *v1alpha1.DiskNode) *v1alpha1.DiskNode {
 // and new volumes went to a disk taken out of service. So no DiskNode is
 // owned by its Node (the controller removes the references older drivers
 // set), and the controller deletes the DiskNode of a Node gone for the
-// grace time only when its spec holds nothing, after a quorum read.
+// grace time only when its spec holds nothing, after a quorum read, and
+// only once its driver stopped reporting: a machine whose Node object
+// was deleted runs on, and its driver could not make the DiskNode again.
 func TestDiskNodeOutlivesItsNodeWhileItHoldsACordon(t *testing.T) {
 	cordoned := ownedByNode(diskNode("cordoned", "d0"))
 	cordoned.Spec.Disks = []v1alpha1.DiskSpec{{Name: "d0", Unschedulable: true, Reason: "SMART errors"}}
 	nodeWide := diskNode("node-wide", "d0")
 	nodeWide.Spec.Unschedulable = true
 	e := newEnv(t, []runtime.Object{node("alive")},
-		ownedByNode(diskNode("alive", "d0")), cordoned, nodeWide, ownedByNode(diskNode("plain", "d0")))
+		ownedByNode(diskNode("alive", "d0")), cordoned, nodeWide, ownedByNode(diskNode("plain", "d0")), diskNode("reporting", "d0"))
+	// The machine of plain went with its Node: its last report is old.
+	plain, err := e.df.DiskfitV1alpha1().DiskNodes().Get(e.ctx, "plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain.Status.ObservedTime = metav1.NewTime(e.clock.Now().Add(-statusAge - time.Second))
+	e.setDiskNode(plain)
+	e.silent["plain"] = true
 
 	e.c.Pass(e.ctx)
 	for _, name := range []string{"alive", "cordoned", "node-wide", "plain"} {
@@ -65,9 +75,12 @@ func TestDiskNodeOutlivesItsNodeWhileItHoldsACordon(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"alive", "cordoned", "node-wide"} {
+	for range 3 {
+		e.step(nodeGrace)
+	}
+	for _, name := range []string{"alive", "cordoned", "node-wide", "reporting"} {
 		if !e.diskNodeExists(name) {
-			t.Errorf("DiskNode %s deleted, want it kept (its Node exists, or it holds a cordon)", name)
+			t.Errorf("DiskNode %s deleted, want it kept (its Node exists, it holds a cordon, or its driver reports)", name)
 		}
 	}
 	dn, err := e.df.DiskfitV1alpha1().DiskNodes().Get(e.ctx, "cordoned", metav1.GetOptions{})

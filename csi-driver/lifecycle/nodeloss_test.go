@@ -146,3 +146,30 @@ func TestNodeBackDuringGraceResetsClock(t *testing.T) {
 		t.Error("claim kept a grace time after the Node went again")
 	}
 }
+
+// TestDeletedNodeWhoseDriverReportsKeepsItsClaims: the Node is deleted
+// (kubectl delete node during maintenance, a cloud controller's bug) while
+// the machine runs on, its driver refreshing its DiskNode. The claim's
+// data is intact on a live machine: however long that lasts, the claim
+// and its PV stay. Once the driver stops reporting (the machine is gone
+// too), the claim is released a grace time later, as for any deleted Node.
+func TestDeletedNodeWhoseDriverReportsKeepsItsClaims(t *testing.T) {
+	e := newEnv(t, claim("lost", plainClass, "gone", "d0", nodeDeletionAnnotation), diskNode("gone", "d0"))
+	e.c.Pass(e.ctx)
+	for range 5 {
+		e.step(nodeGrace)
+	}
+	if !e.pvcExists("lost") || e.pv("pv-lost") == nil {
+		t.Fatal("claim of a deleted Node, or its PV, deleted while the machine's driver still reports")
+	}
+	e.silent["gone"] = true
+	e.step(statusAge + time.Second) // its last report is old now
+	e.step(nodeGrace - time.Second)
+	if !e.pvcExists("lost") {
+		t.Fatal("claim released before a grace time without reports from its node")
+	}
+	e.step(time.Second)
+	if e.pvcExists("lost") {
+		t.Error("claim of a deleted Node kept a grace time after its driver stopped reporting")
+	}
+}
