@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -60,7 +61,7 @@ func StillReleasedOnDiskLoss(ctx context.Context, client kubernetes.Interface, c
 // Every write carries the UID it was decided for, so a claim re-created
 // meanwhile under the same name is not touched. A claim changed since it
 // was read stays (ErrClaimChanged), and its PV gets back the reclaim
-// policy it had.
+// policy it had (deleteClaimKeepingData).
 func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Claim, node string) error {
 	if err := deleteClaimKeepingData(ctx, client, c); err != nil {
 		return err
@@ -69,13 +70,17 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 }
 
 // deleteClaimKeepingData makes c's PV Retain and then deletes c's claim.
-// A claim that stays gets its PV's reclaim policy back: one changed since
-// it was read (ErrClaimChanged), and one whose delete failed otherwise (a
-// timeout, a lost leadership) that is, read again, still there under its
-// UID and not being deleted. Left Retain, such a claim, deleted later by
-// its owner, would leave its volume and data for good. A claim gone or
-// being deleted, or that cannot be read, keeps a Retain PV: the delete
-// may have gone through, and with Delete the volume would go with it.
+// A claim whose delete the API server refused and that stays gets its
+// PV's reclaim policy back: one changed since it was read
+// (ErrClaimChanged), and one whose delete was otherwise turned down
+// (refused) that is, read again, still there under its UID and not being
+// deleted. Left Retain, such a claim, deleted later by its owner, would
+// leave its volume and data for good. Every other claim keeps a Retain
+// PV (with Delete, the volume would go with the claim): one gone, being
+// deleted or not readable after a refusal, and one whose delete failed
+// with no answer (a timeout, an etcd error, a lost connection or
+// leadership), which may go through after any read that finds the claim
+// still there.
 func deleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c Claim) error {
 	restore, err := retain(ctx, client, c.PV)
 	if err != nil {
@@ -85,9 +90,11 @@ func deleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 	if err == nil {
 		return nil
 	}
-	// The context may be what failed the delete (cancelled when
-	// leadership is lost): the claim is read and the policy put back
-	// all the same.
+	if !errors.Is(err, ErrClaimChanged) && !refused(err) {
+		return fmt.Errorf("%w; PV %s stays Retain, as the delete may still go through: if the claim stays, put back its reclaim policy by hand", err, c.PV.Name)
+	}
+	// The context may end meanwhile (leadership lost): the claim is read
+	// and the policy put back all the same.
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterFailedDeleteTimeout)
 	defer cancel()
 	if errors.Is(err, ErrClaimChanged) || claimStays(after, client, c.PVC) {
@@ -102,8 +109,22 @@ func deleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 }
 
 // afterFailedDeleteTimeout bounds the reads and writes that put back a
-// PV's reclaim policy after its claim's delete failed.
+// PV's reclaim policy after its claim's delete was refused.
 const afterFailedDeleteTimeout = 10 * time.Second
+
+// refused says whether err is the API server's answer that it turned the
+// request down (a 4xx status other than 408): the request was not carried
+// out and never will be. A request that failed otherwise (timed out, an
+// internal or etcd error, a lost connection, a cancelled context) may
+// still be.
+func refused(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
+}
 
 // claimNow reads pvc's claim from the API server: nil when it is gone or
 // was made anew under its name (another UID).

@@ -61,16 +61,19 @@ func TestReleaseRetainsThePVAsItIsNow(t *testing.T) {
 //   - changed: the claim changed after the release was decided (its
 //     owner opted out), so the API server refuses its deletion
 //     (ErrClaimChanged);
-//   - delete failed: the API server fails the delete (an etcd timeout),
-//     and before any pass releases the claim again its disk recovers.
-//     Before, its PV stayed Retain.
+//   - delete refused: the API server turns the delete down (the
+//     controller's role lost the right to delete claims), and before any
+//     pass releases the claim again its disk recovers.
+//
+// A delete that fails without such an answer may still go through:
+// TestReleaseWhoseClaimDeleteTimedOutKeepsRetain.
 func TestReleaseStopsWhenTheClaimStays(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		failure error
 	}{
 		{"changed", apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumeclaims"}, "a", errors.New("the object has been modified"))},
-		{"delete failed", apierrors.NewInternalError(errors.New("etcdserver: request timed out"))},
+		{"delete refused", apierrors.NewForbidden(schema.GroupResource{Resource: "persistentvolumeclaims"}, "a", errors.New("no delete for diskfit-controller"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
@@ -297,5 +300,43 @@ func TestReleaseWhoseClaimDeleteFailedButWentThroughKeepsRetain(t *testing.T) {
 	}
 	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
 		t.Errorf("the claim is being deleted, and its PV has reclaim policy %s: the volume is deleted with it; want Retain", got)
+	}
+}
+
+// TestReleaseWhoseClaimDeleteTimedOutKeepsRetain: the claim's delete
+// fails with no answer on whether it happened (the API server timed out,
+// etcd timed out), and goes through only after the release gave up. The
+// claim is going: its PV must stay Retain, or the volume and its data are
+// deleted with it. Before, a read right after the failure found the claim
+// still there and put Delete back.
+func TestReleaseWhoseClaimDeleteTimedOutKeepsRetain(t *testing.T) {
+	for _, failure := range []error{
+		apierrors.NewTimeoutError("request did not complete within the allowed duration", 0),
+		apierrors.NewInternalError(errors.New("etcdserver: request timed out")),
+	} {
+		t.Run(failure.Error(), func(t *testing.T) {
+			objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+			e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
+			e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, nil, failure
+			})
+			if err := release(e, objs); err == nil {
+				t.Error("the release whose claim delete failed reported no error")
+			}
+			// The delete goes through now.
+			gvr := v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+			obj, err := e.client.Tracker().Get(gvr, "ns", "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pvc := obj.(*v1.PersistentVolumeClaim).DeepCopy()
+			pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			if err := e.client.Tracker().Update(gvr, pvc, "ns"); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
+				t.Errorf("the claim is being deleted, and its PV has reclaim policy %s: the volume is deleted with it; want Retain", got)
+			}
+		})
 	}
 }
