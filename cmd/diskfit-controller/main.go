@@ -49,7 +49,7 @@ func main() {
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "run only while holding the Lease; turn off only when a single instance runs")
 	fs.StringVar(&o.healthAddress, "health-address", ":8080", "address serving /healthz over HTTP; empty disables it")
 	fs.DurationVar(&o.lifecycle.NodeLossGrace, "node-loss-grace", lifecycle.DefaultNodeLossGrace,
-		"how long a Node must stay deleted before the claims on it that asked for it are released")
+		"how long a Node must stay deleted, its driver silent (DiskNode status older than --disknode-max-age), before the claims on it that asked for it are released")
 	fs.DurationVar(&o.lifecycle.DiskFailureGrace, "disk-failure-grace", lifecycle.DefaultDiskFailureGrace,
 		"how long a disk must stay unhealthy before the claims on it that asked for it are released")
 	fs.DurationVar(&o.lifecycle.StatusMaxAge, "disknode-max-age", lifecycle.DefaultStatusMaxAge,

@@ -24,6 +24,9 @@ func (c *Cluster) startController() error {
 		"--namespace=diskfit-system",
 		"--health-address=",
 		"--node-loss-grace=" + NodeLossGrace.String(),
+		// The drivers refresh their DiskNodes every 5 s here: a Node
+		// deleted is taken for gone once its driver is silent this long.
+		"--disknode-max-age=30s",
 		"--disk-failure-grace=" + DiskFailureGrace.String(),
 		"--interval=5s",
 		"-v=2",
