@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/fault"
@@ -50,6 +51,13 @@ type File struct {
 	claimed atomic.Bool
 	space   spaceGuard
 	cow     cowCache
+	// spaceUnchecked says that the space check (checkSpaceKept) could
+	// not run yet: the filesystem was read-only or too full for its
+	// probe file. Health and Attach run it again until it answers.
+	spaceUnchecked atomic.Bool
+	// spaceChecking is held by a space check of this disk: one check's
+	// removal of an earlier probe must not take another's from under it.
+	spaceChecking sync.Mutex
 
 	// lock is held on the state directory while this backend serves the
 	// disk (lockDisk).
@@ -81,8 +89,10 @@ func (f *File) Kind() v1alpha1.Backend { return v1alpha1.BackendFile }
 
 // Start implements Backend: it creates the state directories, takes the
 // disk (lockDisk), checks that the state directories are this disk's
-// (claimStateDir), probes reflink support and rolls back interrupted
-// creations and deletions. A Start that fails lets go of the disk again.
+// (claimStateDir), probes reflink support, checks that volumes keep their
+// space (checkSpaceKept; a disk where the check cannot run yet starts
+// all the same, see spaceKept) and rolls back interrupted creations and
+// deletions. A Start that fails lets go of the disk again.
 func (f *File) Start(ctx context.Context) (err error) {
 	if err := f.checkMounted(); err != nil {
 		return err
@@ -114,7 +124,10 @@ func (f *File) Start(ctx context.Context) (err error) {
 	f.dev = st.Dev
 	f.reflink.Store(reflinkUnknown)
 	f.hasReflink()
-	if err := f.checkSpaceKept(ctx); err != nil {
+	f.spaceUnchecked.Store(false)
+	if err := f.checkSpaceKept(ctx); errors.Is(err, errSpaceUnchecked) {
+		f.spaceUnchecked.Store(true)
+	} else if err != nil {
 		return err
 	}
 	if err := f.recover(ctx, f.volumes); err != nil {
@@ -151,13 +164,22 @@ func forgetSpaceVerdicts() {
 	clear(spaceVerdicts.byType)
 }
 
+// errSpaceUnchecked says that checkSpaceKept could not run: the
+// filesystem is read-only, or has no room for the probe file.
+var errSpaceUnchecked = errors.New("the space check cannot run yet")
+
 // checkSpaceKept refuses the disk when its volumes' loop devices would
 // free their backing files' blocks on discard (loop.KeepsSpace): a
 // volume's space is allocated when it is made, and such a kernel (before
 // Linux 5.19) would give it back to the disk at the volume's first mkfs
 // or fstrim, for another volume to take, so that the first one's writes
-// fail once the disk is full.
+// fail once the disk is full. It returns errSpaceUnchecked, concluding
+// nothing, when the check cannot run on the disk (read-only, or without
+// room for the probe file) and no disk of its filesystem type answered
+// it yet.
 func (f *File) checkSpaceKept(ctx context.Context) error {
+	f.spaceChecking.Lock()
+	defer f.spaceChecking.Unlock()
 	// A check cut short (the driver killed mid-check) leaves its probe
 	// file, maybe attached: it goes before anything reads the volume
 	// directory, which would take it for a volume's leftover and remove
@@ -177,8 +199,8 @@ func (f *File) checkSpaceKept(ctx context.Context) error {
 	}
 	if st.Flags&unix.ST_RDONLY != 0 {
 		// Nothing discards into a read-only filesystem's files; it is
-		// checked once mounted writable, at the next start.
-		return nil
+		// checked once mounted writable.
+		return errSpaceUnchecked
 	}
 	spaceVerdicts.Lock()
 	v, ok := spaceVerdicts.byType[st.Type]
@@ -190,7 +212,15 @@ func (f *File) checkSpaceKept(ctx context.Context) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.known {
+		if free := int64(st.Bfree) * st.Frsize; free < probeRoom {
+			return fmt.Errorf("%w: %d bytes free", errSpaceUnchecked, free)
+		}
 		err := keepsSpace(ctx, probe)
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			// A full disk is no answer (nor a failure): it is checked
+			// once it has room again.
+			return fmt.Errorf("%w: %w", errSpaceUnchecked, err)
+		}
 		if err != nil && !errors.Is(err, loop.ErrFreesSpace) {
 			// The check could not tell (no loop device free, say):
 			// the next start checks again.
@@ -200,6 +230,40 @@ func (f *File) checkSpaceKept(ctx context.Context) error {
 	}
 	if v.err != nil {
 		return fmt.Errorf("%w: file disks need Linux 5.19 or later, where a volume's space stays allocated; on this kernel use the lvm backend (thick logical volumes)", v.err)
+	}
+	return nil
+}
+
+// probeRoom is the free space below which the space check does not try
+// its probe file (loop.KeepsSpace allocates 1 MiB).
+const probeRoom = 1 << 20
+
+// spaceKept runs the space check (checkSpaceKept) of a disk that started
+// before the check could run, until it answers, and returns its refusal
+// (loop.ErrFreesSpace) once it does. A disk full to the last byte is a
+// routine condition, and refusing it at Start would make its volumes
+// unavailable and the disk count as failed for want of one free MiB; it
+// starts instead, and Health and Attach call this. Nothing can be made on
+// a disk so full; it is checked as soon as it has room again (a volume
+// deleted, a discard punched into a volume by a kernel before 5.19), at
+// the next health check (status refresh, placement) or attachment, and
+// then refused: unhealthy, saying why, and attaching its volumes refused.
+// Volumes attached meanwhile stay attached (see docs/reliability.md). A
+// check that cannot tell (no loop device free, say) does not make a
+// served disk unhealthy: the next call checks again.
+func (f *File) spaceKept(ctx context.Context) error {
+	if !f.spaceUnchecked.Load() {
+		return nil
+	}
+	err := f.checkSpaceKept(ctx)
+	switch {
+	case err == nil:
+		f.spaceUnchecked.Store(false)
+		return nil
+	case errors.Is(err, loop.ErrFreesSpace):
+		return err
+	case !errors.Is(err, errSpaceUnchecked):
+		klog.FromContext(ctx).Error(err, "Cannot check yet that the disk's volumes keep their space; the next health check or attachment tries again", "disk", f.name)
 	}
 	return nil
 }
@@ -272,7 +336,9 @@ func (f *File) makeStateDirs() error {
 // filesystem cannot read the volume directory: a filesystem whose device
 // failed or disappeared while mounted shuts down (XFS, ext4) and answers
 // reads with EIO, even for what stat would still serve from the cache.
-func (f *File) Health(_ context.Context) error {
+// A disk that started before its space check could run is also unhealthy
+// once that check refuses it (spaceKept).
+func (f *File) Health(ctx context.Context) error {
 	var st unix.Stat_t
 	if err := unix.Stat(f.path, &st); err != nil {
 		return fmt.Errorf("disk path %s: %w", f.path, err)
@@ -289,7 +355,7 @@ func (f *File) Health(_ context.Context) error {
 	if _, err := unix.Getdents(fd, buf[:]); err != nil {
 		return fmt.Errorf("reading volume directory %s: %w (has the disk's device failed?)", f.volumes, err)
 	}
-	return nil
+	return f.spaceKept(ctx)
 }
 
 // Usage implements Backend: statfs, minus headroom, minus what
@@ -689,8 +755,13 @@ func (f *File) VolumeHealth(ctx context.Context, key string) error {
 // which also re-creates them after a reboot when the volume is staged again.
 // An attachment that outlived an interrupted expansion is refreshed to the
 // recorded size, so what is staged on it (an ext4 grown offline at stage)
-// sees the size the volume was grown to.
+// sees the size the volume was grown to. A disk that started before its
+// space check could run attaches nothing once that check refuses it
+// (spaceKept).
 func (f *File) Attach(ctx context.Context, key string, readOnly bool) (string, error) {
+	if err := f.spaceKept(ctx); err != nil {
+		return "", err
+	}
 	vol, err := f.GetVolume(ctx, key)
 	if err != nil {
 		return "", err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,33 +30,136 @@ func TestDiskWhoseLoopDevicesFreeSpaceIsRefused(t *testing.T) {
 	testdisk.Require(t)
 	ctx := context.Background()
 	p := testdisk.New(t, "xfs", 512*mi)
-	// A loop device keeps the discard limit it was given for its next
-	// user, so the probe gets one made for it, with the default limit.
-	withoutLimit := func(f loop.File) (string, error) {
-		dev := freshLoopDevice(t)
-		_, err := testdisk.Output("losetup", "--direct-io=on", "--sector-size", "4096", dev, f.Path)
-		return dev, err
-	}
-	setKeepsSpace(t, func(ctx context.Context, file loop.File) error {
-		return loop.KeepsSpaceAttached(ctx, file, withoutLimit)
-	})
+	setKeepsSpace(t, freeingSpace(t))
 	f := closing(t, NewFile(testDiskName, p, 0, nil))
 	err := f.Start(ctx)
 	if !errors.Is(err, loop.ErrFreesSpace) || !strings.Contains(err.Error(), "5.19") || !strings.Contains(err.Error(), "lvm") {
 		t.Errorf("Start on a disk whose loop devices free space: %v, want refused, saying Linux 5.19 or the lvm backend", err)
 	}
-	probe := f.loopFile(probeKey)
-	if _, serr := os.Stat(probe.Path); !errors.Is(serr, os.ErrNotExist) {
-		t.Errorf("the probe file is left: %v", serr)
-	}
-	if devs, err := loop.FindAll(ctx, probe); err != nil || len(devs) > 0 {
-		t.Errorf("the probe's loop devices are left: %v, %v", devs, err)
-	}
+	noProbeLeft(t, f)
 	f.Close()
 
 	setKeepsSpace(t, loop.KeepsSpace)
 	if err := closing(t, NewFile(testDiskName, p, 0, nil)).Start(ctx); err != nil {
 		t.Errorf("Start on a disk whose loop devices keep space: %v", err)
+	}
+}
+
+// freeingSpace is a space check that sees the loop devices of a kernel
+// before 5.19, which free their backing files' blocks on discard. A loop
+// device keeps the discard limit it was given for its next user, so the
+// probe gets one made for it, with the default limit.
+func freeingSpace(t *testing.T) func(context.Context, loop.File) error {
+	withoutLimit := func(f loop.File) (string, error) {
+		dev := freshLoopDevice(t)
+		_, err := testdisk.Output("losetup", "--direct-io=on", "--sector-size", "4096", dev, f.Path)
+		return dev, err
+	}
+	return func(ctx context.Context, file loop.File) error {
+		return loop.KeepsSpaceAttached(ctx, file, withoutLimit)
+	}
+}
+
+// TestFullDiskStartsAndIsCheckedOnceThereIsRoom: a disk full to the last
+// byte is a routine condition, and a driver restarted on it must serve
+// its volumes, although its space check (the probe above) has no room for
+// its probe file and no disk of the same filesystem type has answered it
+// in this process yet. Refusing the disk would make its volumes
+// unavailable and the disk count as failed, for want of one free MiB.
+// The check still runs once there is room: on a kernel whose loop devices
+// free space the disk is then refused (unhealthy, saying why, and its
+// volumes are not attached any more); on this kernel it stays healthy.
+func TestFullDiskStartsAndIsCheckedOnceThereIsRoom(t *testing.T) {
+	testdisk.Require(t)
+	ctx := context.Background()
+	for _, frees := range []bool{false, true} {
+		name := map[bool]string{false: "devices keep space", true: "devices free space"}[frees]
+		t.Run(name, func(t *testing.T) {
+			f, p := newFile(t, "xfs", 320*mi, 0)
+			if _, err := f.CreateVolume(ctx, CreateRequest{Key: "vol", Name: "vol", SizeBytes: 4 * mi}); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			fill := fillDisk(t, p)
+			if frees {
+				setKeepsSpace(t, freeingSpace(t))
+			} else {
+				setKeepsSpace(t, loop.KeepsSpace)
+			}
+
+			// The driver restarted on the full disk.
+			g := closing(t, NewFile(testDiskName, p, 0, nil))
+			if err := g.Start(ctx); err != nil {
+				t.Fatalf("Start on a disk full to the last byte: %v", err)
+			}
+			t.Cleanup(func() { g.Detach(ctx, "vol") })
+			if err := g.Health(ctx); err != nil {
+				t.Errorf("the full disk is unhealthy: %v", err)
+			}
+			if _, err := g.GetVolume(ctx, "vol"); err != nil {
+				t.Errorf("the full disk's volume: %v", err)
+			}
+			if _, err := g.Attach(ctx, "vol", false); err != nil {
+				t.Errorf("attaching the full disk's volume: %v", err)
+			}
+			g.Detach(ctx, "vol")
+
+			// Room again, once the filesystem has let go of the fill's
+			// blocks (XFS frees a removed file's in the background).
+			if err := os.Remove(fill); err != nil {
+				t.Fatal(err)
+			}
+			waitForRoom(t, p, 2*mi)
+			herr := g.Health(ctx)
+			_, aerr := g.Attach(ctx, "vol", false)
+			if frees {
+				if !errors.Is(herr, loop.ErrFreesSpace) || !strings.Contains(herr.Error(), "5.19") {
+					t.Errorf("Health once the space check could run: %v, want refused, saying Linux 5.19", herr)
+				}
+				if !errors.Is(aerr, loop.ErrFreesSpace) {
+					t.Errorf("attaching the volume once the space check could run: %v, want refused", aerr)
+				}
+			} else {
+				if herr != nil {
+					t.Errorf("Health once there is room: %v", herr)
+				}
+				if aerr != nil {
+					t.Errorf("attaching the volume once there is room: %v", aerr)
+				}
+			}
+			noProbeLeft(t, g)
+		})
+	}
+}
+
+// waitForRoom waits until the filesystem at p has bytes free.
+func waitForRoom(t *testing.T, p string, bytes int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if free := int64(st.Bfree) * st.Frsize; free >= bytes {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s has %d bytes free, not %d", p, free, bytes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// noProbeLeft checks that f's space check left neither its probe file
+// nor a loop device of it.
+func noProbeLeft(t *testing.T, f *File) {
+	t.Helper()
+	probe := f.loopFile(probeKey)
+	if _, err := os.Stat(probe.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the probe file is left: %v", err)
+	}
+	if devs, err := loop.FindAll(context.Background(), probe); err != nil || len(devs) > 0 {
+		t.Errorf("the probe's loop devices are left: %v, %v", devs, err)
 	}
 }
 

@@ -365,7 +365,8 @@ const probeSize = 1 << 20
 // limit does not stop them. It makes a probe file of probeSize at
 // file.Path (on the filesystem it checks; removed again), attaches it
 // with attach, discards and zeroes the whole device, and returns
-// ErrFreesSpace if the file lost blocks.
+// ErrFreesSpace if the file lost blocks. A filesystem without room for
+// the probe file answers an error that wraps ENOSPC (or EDQUOT).
 func KeepsSpace(ctx context.Context, file File) error {
 	return KeepsSpaceAttached(ctx, file, func(f File) (string, error) { return Attach(ctx, f, false) })
 }
