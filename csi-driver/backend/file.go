@@ -108,6 +108,12 @@ func (f *File) Start(ctx context.Context) (err error) {
 	}
 	f.volumesDev.Store(st.Dev)
 	if err := f.lockDisk(); err != nil {
+		if errors.Is(err, ErrServedByAnotherProcess) {
+			// The process holding the disk may be one hung on it.
+			if rerr := f.answers(); rerr != nil {
+				return rerr
+			}
+		}
 		return err
 	}
 	defer func() {
@@ -346,6 +352,17 @@ func (f *File) Health(ctx context.Context) error {
 	if st.Dev != f.dev {
 		return fmt.Errorf("the filesystem at %s changed (device %d, was %d): was the disk unmounted?", f.path, st.Dev, f.dev)
 	}
+	if err := f.readVolumeDir(false); err != nil {
+		return err
+	}
+	return f.spaceKept(ctx)
+}
+
+// readVolumeDir reads the volume directory, which a filesystem shut down
+// after its device failed answers with EIO (XFS; ext4 lists it from its
+// cache). With sync, it also syncs the directory, which a shut-down ext4
+// answers with EIO as well.
+func (f *File) readVolumeDir(sync bool) error {
 	fd, err := unix.Open(f.volumes, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening volume directory %s: %w", f.volumes, err)
@@ -355,8 +372,19 @@ func (f *File) Health(ctx context.Context) error {
 	if _, err := unix.Getdents(fd, buf[:]); err != nil {
 		return fmt.Errorf("reading volume directory %s: %w (has the disk's device failed?)", f.volumes, err)
 	}
-	return f.spaceKept(ctx)
+	if sync {
+		if err := unix.Fsync(fd); err != nil {
+			return fmt.Errorf("syncing volume directory %s: %w (has the disk's device failed?)", f.volumes, err)
+		}
+	}
+	return nil
 }
+
+// answers checks, without serving the disk, that its filesystem still
+// works: a Start that finds the disk served by another process
+// (ErrServedByAnotherProcess) calls it, as that process may be one hung
+// on a dead disk, which must count as failed.
+func (f *File) answers() error { return f.readVolumeDir(true) }
 
 // Usage implements Backend: statfs, minus headroom, minus what
 // copy-on-write of snapshots and clones may still need (see cowBytes).

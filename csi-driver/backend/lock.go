@@ -31,8 +31,9 @@ type serveLock struct {
 }
 
 // take locks path, opened with flag (O_NOFOLLOW added), without waiting:
-// a lock another process holds fails naming the disk, what. Taking it
-// again while holding it does nothing.
+// a lock another process holds fails naming the disk, what
+// (ErrServedByAnotherProcess; the caller checks that the disk answers
+// before it returns that). Taking it again while holding it does nothing.
 func (l *serveLock) take(path string, flag int, what string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -46,13 +47,31 @@ func (l *serveLock) take(path string, flag int, what string) error {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("another process serves %s (it holds the lock on %s): is a second diskfit driver running on this node, such as a driver pod still terminating or a second installation? The disk is served once that one is gone", what, path)
+			return &heldError{what: what, path: path}
 		}
 		return fmt.Errorf("locking %s: %w", path, err)
 	}
 	l.f = f
 	return nil
 }
+
+// ErrServedByAnotherProcess: another process on the node serves the disk
+// (serveLock), and a Start that found it so checked that the disk still
+// answers reads: it is no failure of the disk, and it is served once that
+// process is gone. A disk that does not answer fails Start with that
+// error instead, since the process holding it may be one hung on the dead
+// disk.
+var ErrServedByAnotherProcess = errors.New("another process serves the disk")
+
+// heldError is the ErrServedByAnotherProcess of take.
+type heldError struct{ what, path string }
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("another process serves %s (it holds the lock on %s): is a second diskfit driver running on this node, such as a driver pod still terminating or a second installation? The disk is served once that one is gone", e.what, e.path)
+}
+
+// Is makes a heldError ErrServedByAnotherProcess.
+func (e *heldError) Is(target error) bool { return target == ErrServedByAnotherProcess }
 
 // release lets go of the lock, if held.
 func (l *serveLock) release() error {

@@ -92,6 +92,12 @@ func (l *LVM) lockVG() error {
 // of the group again.
 func (l *LVM) Start(ctx context.Context) (err error) {
 	if err := l.lockVG(); err != nil {
+		if errors.Is(err, ErrServedByAnotherProcess) {
+			// The process holding the group may be one hung on it.
+			if _, verr := l.vgUsage(ctx); verr != nil {
+				return fmt.Errorf("volume group %s is gone: %w", l.vg, verr)
+			}
+		}
 		return err
 	}
 	defer func() {

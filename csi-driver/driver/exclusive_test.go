@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,14 +15,19 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/internal/fakelvm"
+	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 )
 
 // TestSecondDriverOnADiskWaits: a second driver on the node (a driver pod
 // still terminating while its replacement starts, two installations side
 // by side) does not serve a disk that the first one serves: calls for the
-// disk's volumes answer Unavailable naming why. Once the first driver is
-// gone, the next status refresh starts the disk.
+// disk's volumes answer Unavailable naming why, and its status says that
+// another process serves the disk, which diskfit-controller does not
+// count as a failure: it releases none of the disk's claims, whose data
+// the first driver still serves. Once the first driver is gone, the next
+// status refresh starts the disk.
 func TestSecondDriverOnADiskWaits(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "only", fsType: "xfs", size: gi}}, nil)
 	vol := e.mustCreate(t, createReq("pvc-first", 300*mi))
@@ -41,12 +47,71 @@ func TestSecondDriverOnADiskWaits(t *testing.T) {
 	if _, err := e.d.ControllerGetVolume(e.ctx, get); err != nil {
 		t.Errorf("the first driver stopped serving the volume: %v", err)
 	}
+	if ds := second.observe(e.ctx, true).Disk("only"); ds == nil || ds.Healthy || ds.Reason != v1alpha1.DiskServedByAnotherProcess || ds.Failed() {
+		t.Errorf("the second driver's status of the disk: %+v, want unhealthy with reason %s, not failed", ds, v1alpha1.DiskServedByAnotherProcess)
+	}
 
 	stopDisks(e.d) // the first driver exits
 	second.publish(e.ctx)
 	if _, err := second.ControllerGetVolume(e.ctx, get); err != nil {
 		t.Errorf("after the first driver is gone and a refresh: %v", err)
 	}
+	if ds := second.Observe(e.ctx).Disk("only"); ds == nil || !ds.Healthy || ds.Reason != "" {
+		t.Errorf("the disk once the second driver serves it: %+v", ds)
+	}
+}
+
+// TestSecondDriverCountsADeadDiskAsFailed: a disk that another process
+// holds (TestSecondDriverOnADiskWaits) is no failure only while it still
+// answers. The first driver may hang because its disk died (I/O stuck on
+// the dead device keeps the process, and its lock, alive): a disk whose
+// filesystem or volume group fails is reported failed, so that
+// diskfit-controller releases its opted-in claims as for any failed disk.
+func TestSecondDriverCountsADeadDiskAsFailed(t *testing.T) {
+	check := func(t *testing.T, second *Driver, ctx context.Context, die func()) {
+		t.Helper()
+		if ds := second.observe(ctx, true).Disk(second.disks()[0].name); ds == nil || ds.Reason != v1alpha1.DiskServedByAnotherProcess || ds.Failed() {
+			t.Fatalf("the held disk while it answers: %+v, want reason %s, not failed", ds, v1alpha1.DiskServedByAnotherProcess)
+		}
+		die()
+		if ds := second.observe(ctx, true).Disk(second.disks()[0].name); ds == nil || !ds.Failed() {
+			t.Errorf("the held disk once dead: %+v, want failed", ds)
+		}
+	}
+	for _, fsType := range []string{"xfs", "ext4"} {
+		t.Run(fsType, func(t *testing.T) {
+			e := newEnv(t, []testDisk{{name: "only", fsType: fsType, size: 320 * mi}}, nil)
+			second, err := New(e.d.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second.Start(e.ctx)
+			t.Cleanup(func() { stopDisks(second) })
+			check(t, second, e.ctx, func() {
+				// What the filesystem does when its device fails:
+				// reads answer EIO (XFS also stat, ext4 not).
+				testdisk.Run(t, "xfs_io", "-x", "-c", "shutdown", e.paths["only"])
+			})
+		})
+	}
+	t.Run("lvm", func(t *testing.T) {
+		vg := fakelvm.New(gi)
+		_, ctx := ktesting.NewTestContext(t)
+		cfg := lvmConfig(t, vg)
+		var drivers []*Driver
+		for range 2 {
+			d, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Start(ctx)
+			t.Cleanup(func() { stopDisks(d) })
+			drivers = append(drivers, d)
+		}
+		check(t, drivers[1], ctx, func() {
+			vg.SetFail("vgs", errors.New("/dev/sdb: read failed after 0 of 4096 at 0: Input/output error"))
+		})
+	})
 }
 
 // TestSecondDriverUnstagesWhileTheFirstHoldsTheDisk: the kubelet unstages

@@ -37,9 +37,13 @@ func (d *Driver) diskStatus(ctx context.Context, dk *disk) v1alpha1.DiskStatus {
 		return unhealthy(st, timedOut(ctx, err, observingWhat, dk.timeout))
 	}
 	if err := dk.checkHealth(ctx); err != nil {
-		if errors.Is(err, loop.ErrFreesSpace) {
+		switch {
+		case errors.Is(err, loop.ErrFreesSpace):
 			// Refused on this kernel, its data intact: no failure.
 			st.Reason = v1alpha1.DiskUnsupported
+		case errors.Is(err, backend.ErrServedByAnotherProcess):
+			// Another driver process serves it, and it answers.
+			st.Reason = v1alpha1.DiskServedByAnotherProcess
 		}
 		return fail(err)
 	}

@@ -208,8 +208,10 @@ type DiskStatus struct {
 	// mounted at another disk's path of this node (mounts mixed up, the
 	// data intact); Unsupported is a disk the node cannot serve safely
 	// (its kernel would give volumes' space back to the disk), its data
-	// intact. diskfit-controller releases no claim of a disk with a
-	// reason. Empty otherwise.
+	// intact; ServedByAnotherProcess is a disk another process on the node
+	// serves (a driver pod still terminating), which answers reads.
+	// diskfit-controller releases no claim of a disk with a reason. Empty
+	// otherwise.
 	// +kubebuilder:validation:MaxLength=63
 	// +optional
 	Reason DiskReason `json:"reason,omitempty"`
@@ -232,6 +234,12 @@ const (
 	// kernel whose loop devices give a volume's space back to the disk on
 	// discard (before Linux 5.19).
 	DiskUnsupported DiskReason = "Unsupported"
+	// DiskServedByAnotherProcess is a disk that another process on the
+	// node serves, holding its lock (a driver pod force-deleted or still
+	// terminating while its replacement starts, or a second installation):
+	// this driver serves it once that process is gone. Its filesystem or
+	// volume group answers reads; one that does not is a failure.
+	DiskServedByAnotherProcess DiskReason = "ServedByAnotherProcess"
 )
 
 // MaxWithoutPV is how many volumes without a PV a DiskStatus lists.
