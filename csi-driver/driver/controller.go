@@ -289,7 +289,10 @@ func (d *Driver) topology() *csi.Topology {
 // the first one's reclaim policy at Delete), and deleting the first
 // claim's would take the data from under the second. Only PVs Kubernetes
 // deletes the volume for (Released or Failed, reclaim policy Delete) let
-// it go.
+// it go. The deletion is then called off for good: the PVs that asked for
+// it get reclaim policy Retain, so that the provisioner's retries stop
+// and none succeeds later, once the other PV is gone (an admin giving the
+// volume to yet another claim deletes it first).
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	dk, key, err := d.volumeOf(req.GetVolumeId())
 	if status.Code(err) == codes.NotFound {
@@ -303,7 +306,7 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		return nil, err
 	}
 	defer unlock()
-	if err := d.stillReferred(req.GetVolumeId()); err != nil {
+	if err := d.stillReferred(ctx, req.GetVolumeId()); err != nil {
 		return nil, err
 	}
 	if err := dk.backend.DeleteVolume(ctx, key); err != nil {
@@ -315,9 +318,10 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 }
 
 // stillReferred refuses, FailedPrecondition, to delete a volume a PV may
-// still use (OrphanFinder.PVsKeeping), and Unavailable when it cannot tell.
+// still use (OrphanFinder.PVsKeeping), and calls the deletion off
+// (OrphanFinder.CallOffDeletion); Unavailable when it cannot tell.
 // Without an OrphanFinder (no API server) it refuses nothing.
-func (d *Driver) stillReferred(id string) error {
+func (d *Driver) stillReferred(ctx context.Context, id string) error {
 	if d.cfg.Orphans == nil {
 		return nil
 	}
@@ -325,11 +329,19 @@ func (d *Driver) stillReferred(id string) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "volume %s not deleted: cannot tell whether another PV refers to it: %v", id, err)
 	}
-	if len(names) > 0 {
-		return status.Errorf(codes.FailedPrecondition, "volume %s not deleted: PersistentVolume %s also refers to it and would lose its data; "+
-			"to delete the data, delete that PV first; to keep it, set this PV's reclaim policy to Retain and delete this PV", id, strings.Join(names, ", "))
+	if len(names) == 0 {
+		return nil
 	}
-	return nil
+	msg := fmt.Sprintf("volume %s not deleted: PersistentVolume %s also refers to it and would lose its data", id, strings.Join(names, ", "))
+	retained, err := d.cfg.Orphans.CallOffDeletion(ctx, id)
+	if len(retained) > 0 {
+		msg += fmt.Sprintf("; the deletion is called off: PersistentVolume %s now has reclaim policy Retain, delete it when it is not needed", strings.Join(retained, ", "))
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Calling off the deletion of a volume another PV refers to", "volume", id)
+		msg += fmt.Sprintf("; to call the deletion off, set the deleted claim's PV to reclaim policy Retain (%v)", err)
+	}
+	return status.Error(codes.FailedPrecondition, msg)
 }
 
 // getVolume returns a ready volume or NotFound.

@@ -35,6 +35,10 @@ type OrphanFinder interface {
 	// used: all but those Kubernetes deletes the volume for (Released or
 	// Failed, with reclaim policy Delete). It fails when it cannot tell.
 	PVsKeeping(volumeID string) ([]string, error)
+	// CallOffDeletion gives the PVs that Kubernetes deletes the volume for
+	// (Released or Failed, with reclaim policy Delete) reclaim policy
+	// Retain, and names those it changed.
+	CallOffDeletion(ctx context.Context, volumeID string) ([]string, error)
 	// DisksOfPVs counts, by disk name, the PersistentVolumes of this
 	// driver on the node, from the cache; nil before the cache is filled.
 	DisksOfPVs(node string) map[string]int

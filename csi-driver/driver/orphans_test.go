@@ -568,6 +568,7 @@ func TestOrphanSweepRuns(t *testing.T) {
 // raceFinder answers like the API server at the moment of each call, and
 // lets the test run something between the confirming list and the removal.
 type raceFinder struct {
+	noOtherPVs
 	afterConfirm func()
 }
 
@@ -585,7 +586,6 @@ func (f *raceFinder) SnapshotsWithoutContent(_ context.Context, ids []string) ([
 }
 
 func (f *raceFinder) DisksOfPVs(string) map[string]int    { return nil }
-func (f *raceFinder) PVsKeeping(string) ([]string, error) { return nil, nil }
 
 func (f *raceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
@@ -635,6 +635,7 @@ func TestSweepKeepsWhatCreateVolumeJustReturned(t *testing.T) {
 // runs afterList each time it is asked: a snapshotter's retry landing
 // between the sweep's lists and the removal.
 type snapshotRaceFinder struct {
+	noOtherPVs
 	afterList func()
 }
 
@@ -650,7 +651,6 @@ func (f *snapshotRaceFinder) SnapshotsWithoutContent(_ context.Context, ids []st
 }
 
 func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int    { return nil }
-func (f *snapshotRaceFinder) PVsKeeping(string) ([]string, error) { return nil, nil }
 
 func (f *snapshotRaceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
@@ -838,6 +838,24 @@ func TestDeleteVolumeKeepsAVolumeAnotherPVRefersTo(t *testing.T) {
 				wantCode(t, err, codes.FailedPrecondition)
 				if err != nil && !strings.Contains(err.Error(), names[len(names)-1]) {
 					t.Errorf("the refusal does not name the PV %s: %v", names[len(names)-1], err)
+				}
+				if len(tt.pvs) < 2 {
+					return
+				}
+				// The deletion is called off: the PV that asked for it is
+				// Retain, and once the other PV is gone (an admin gives the
+				// volume to yet another claim) no retry deletes the data.
+				got, err := e.kube.CoreV1().PersistentVolumes().Get(e.ctx, names[0], metav1.GetOptions{})
+				if err != nil || got.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimRetain {
+					t.Errorf("PV %s, whose deletion was refused: %v, reclaim policy %q; want Retain", names[0], err, got.Spec.PersistentVolumeReclaimPolicy)
+				}
+				if err := e.kube.CoreV1().PersistentVolumes().Delete(e.ctx, names[1], metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				e.waitForPVCache(t, 1)
+				_, err = e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+				if !slices.Contains(e.remaining(t), id) {
+					t.Errorf("the provisioner's retry (%v), after PV %s was deleted, deleted the volume whose deletion was refused", err, names[1])
 				}
 			}
 		})

@@ -11,14 +11,23 @@ import (
 // pvDisks is an OrphanFinder whose PVs of this node sit on the given disks.
 type pvDisks map[string]int
 
+// noOtherPVs is the part of an OrphanFinder that DeleteVolume asks: no PV
+// keeps any volume.
+type noOtherPVs struct{}
+
+func (noOtherPVs) PVsKeeping(string) ([]string, error)                       { return nil, nil }
+func (noOtherPVs) CallOffDeletion(context.Context, string) ([]string, error) { return nil, nil }
+
+func (pvDisks) PVsKeeping(string) ([]string, error)                       { return nil, nil }
+func (pvDisks) CallOffDeletion(context.Context, string) ([]string, error) { return nil, nil }
+
 func (pvDisks) VolumesWithoutPV(_ context.Context, _ []string, _ bool) ([]string, error) {
 	return nil, nil
 }
 func (pvDisks) SnapshotsWithoutContent(_ context.Context, _ []string) ([]string, error) {
 	return nil, nil
 }
-func (p pvDisks) DisksOfPVs(string) map[string]int    { return p }
-func (p pvDisks) PVsKeeping(string) ([]string, error) { return nil, nil }
+func (p pvDisks) DisksOfPVs(string) map[string]int { return p }
 
 func (pvDisks) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil

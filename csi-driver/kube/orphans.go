@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -239,25 +240,69 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 
 // PVsKeeping implements driver.OrphanFinder from the cache: the PVs that
 // may refer to the volume (see volumeHandle) other than those Kubernetes
-// deletes it for, which are Released or Failed with reclaim policy Delete.
+// deletes it for (deletesItsVolume).
 func (f *OrphanFinder) PVsKeeping(volumeID string) ([]string, error) {
-	if !f.pvs.HasSynced() {
-		return nil, errors.New("the PV cache has not synced yet")
-	}
-	pvs, err := f.pvs.GetIndexer().ByIndex(volumeHandleIndex, volumeID)
+	pvs, err := f.pvsOf(volumeID)
 	if err != nil {
-		return nil, fmt.Errorf("looking up PVs of volume %s: %w", volumeID, err)
+		return nil, err
 	}
 	var names []string
-	for _, obj := range pvs {
-		pv := obj.(*corev1.PersistentVolume)
-		released := pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed
-		if !released || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
+	for _, pv := range pvs {
+		if !deletesItsVolume(pv) {
 			names = append(names, pv.Name)
 		}
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// CallOffDeletion implements driver.OrphanFinder: each PV of the cache
+// that Kubernetes deletes the volume for is given reclaim policy Retain,
+// as long as it is still as the cache has it (its resourceVersion). It
+// returns the names of those it changed.
+func (f *OrphanFinder) CallOffDeletion(ctx context.Context, volumeID string) ([]string, error) {
+	pvs, err := f.pvsOf(volumeID)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	var errs []error
+	for _, pv := range pvs {
+		if !deletesItsVolume(pv) {
+			continue
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`, pv.ResourceVersion)
+		if _, err := f.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("setting PV %s to reclaim policy Retain: %w", pv.Name, err))
+			continue
+		}
+		names = append(names, pv.Name)
+	}
+	slices.Sort(names)
+	return names, errors.Join(errs...)
+}
+
+// pvsOf returns the PVs of the cache that may refer to the volume.
+func (f *OrphanFinder) pvsOf(volumeID string) ([]*corev1.PersistentVolume, error) {
+	if !f.pvs.HasSynced() {
+		return nil, errors.New("the PV cache has not synced yet")
+	}
+	objs, err := f.pvs.GetIndexer().ByIndex(volumeHandleIndex, volumeID)
+	if err != nil {
+		return nil, fmt.Errorf("looking up PVs of volume %s: %w", volumeID, err)
+	}
+	pvs := make([]*corev1.PersistentVolume, 0, len(objs))
+	for _, obj := range objs {
+		pvs = append(pvs, obj.(*corev1.PersistentVolume))
+	}
+	return pvs, nil
+}
+
+// deletesItsVolume says that Kubernetes deletes pv's volume: it is
+// Released or Failed with reclaim policy Delete.
+func deletesItsVolume(pv *corev1.PersistentVolume) bool {
+	released := pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed
+	return released && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
 }
 
 // ClaimWaits implements driver.OrphanFinder with diskfit.ClaimWaitsFor;

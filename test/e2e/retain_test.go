@@ -15,7 +15,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -105,10 +104,9 @@ func TestRetainedVolumeKeepsItsData(t *testing.T) {
 // PV's reclaim policy was left at Delete. An admin gives a volume a second
 // PV, pre-bound to a new claim, and deletes the first claim: its PV is
 // Released and external-provisioner calls DeleteVolume, which the driver
-// refuses while the second PV refers to the volume (the PV's warning says
-// which and what to do). The new claim's pod reads what the first pod
-// wrote. Taking the first PV back as the warning says (reclaim policy
-// Retain, then delete it) leaves the volume to the second PV.
+// refuses while the second PV refers to the volume, calling the deletion
+// off (the first PV becomes Retain; its warning says so). The new claim's
+// pod reads what the first pod wrote, also once the first PV is deleted.
 func TestDeletingOneOfTwoPVsKeepsTheData(t *testing.T) {
 	needLocal(t)
 	ns := newNamespace(t)
@@ -168,11 +166,12 @@ func TestDeletingOneOfTwoPVsKeepsTheData(t *testing.T) {
 		t.Fatalf("the second PV holds %q, the first pod wrote %q", got, content)
 	}
 
-	// As the warning says: Retain, then delete the first PV.
-	patch := []byte(`{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`)
-	if _, err := kube.CoreV1().PersistentVolumes().Patch(ctxFor(t, time.Minute), first.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+	// The deletion is called off for good: the first PV is Retain, and
+	// deleting it leaves the data to the second.
+	if !strings.Contains(warning, "called off") {
+		t.Errorf("the warning does not say the deletion is called off: %s", warning)
 	}
+	waitPVPolicy(t, first.Name, v1.PersistentVolumeReclaimRetain)
 	deletePVAndWait(t, first.Name)
 	if _, err := os.ReadFile(filepath.Join(hostVolumePath(reader, moved.Name), "proof")); err != nil {
 		t.Errorf("the data is gone once the first PV was taken back: %v", err)
@@ -250,6 +249,18 @@ func waitPVPhase(t *testing.T, name string, phase v1.PersistentVolumePhase) {
 	})
 	if err != nil {
 		t.Fatalf("PV %s never became %s: %v", name, phase, err)
+	}
+}
+
+// waitPVPolicy waits until PV name has reclaim policy policy.
+func waitPVPolicy(t *testing.T, name string, policy v1.PersistentVolumeReclaimPolicy) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t, 2*time.Minute), 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && pv.Spec.PersistentVolumeReclaimPolicy == policy, nil
+	})
+	if err != nil {
+		t.Fatalf("PV %s never got reclaim policy %s: %v", name, policy, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +209,11 @@ func TestReclaimTakesBackADeletionThatDoesNotHappen(t *testing.T) {
 		if pv.Spec.PersistentVolumeReclaimPolicy == v1.PersistentVolumeReclaimDelete {
 			t.Errorf("reclaim gave up and left PV %s, reclaim policy Delete, for volume %s: its deletion is still pending", pv.Name, pv.Spec.CSI.VolumeHandle)
 		}
+	}
+	// Deleted with reclaim policy Delete, the PV would still take the
+	// volume with it (external-provisioner's finalizer): Retain first.
+	w := writes(clients)
+	if patched, deleted := slices.Index(w, "patch persistentvolumes "+pvName), slices.Index(w, "delete persistentvolumes "+pvName); patched < 0 || deleted < patched {
+		t.Errorf("reclaim took its PV back with writes %q; want it set to Retain before it is deleted", w)
 	}
 }
