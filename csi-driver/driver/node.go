@@ -167,6 +167,10 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 	}
 	d.cfg.Faults.Reach(fault.NodeStageVolumeAttached)
+	if err := d.inUseInTheOtherMode(req.GetVolumeId(), dev, mnt == nil); err != nil {
+		undo()
+		return nil, err
+	}
 	vol, err := dk.backend.GetVolume(ctx, key)
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("volume %s: %w", req.GetVolumeId(), err))
@@ -221,6 +225,48 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	d.cfg.Faults.Reach(fault.NodeStageVolumeMounted)
 	klog.FromContext(ctx).V(2).Info("Staged volume", "volume", req.GetVolumeId(), "device", dev, "path", staging, "fsType", fsType)
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// inUseInTheOtherMode refuses, FailedPrecondition, to use the volume whose
+// device is dev as a Block volume (block) while its filesystem is mounted,
+// or as a Filesystem volume while its device is published as a Block
+// device. Two PVs of different volumeMode can name one volume: a pod
+// writing raw blocks under a mounted filesystem corrupts it, and a
+// filesystem staged over a device a pod writes to is mounted from data
+// anyone may have written.
+func (d *Driver) inUseInTheOtherMode(id, dev string, block bool) error {
+	var used []string
+	if block {
+		infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+		if err != nil {
+			return status.Errorf(codes.Internal, "reading mountinfo: %v", err)
+		}
+		rdev, err := deviceNumber(dev)
+		if errors.Is(err, fs.ErrNotExist) {
+			// No device node, no filesystem mounted from it.
+			return nil
+		}
+		if err != nil {
+			return toStatus(err)
+		}
+		for _, mi := range infos {
+			if isFilesystemOf(mi, rdev) {
+				used = append(used, mi.MountPoint)
+			}
+		}
+		if len(used) > 0 {
+			return status.Errorf(codes.FailedPrecondition, "volume %s is mounted as a filesystem at %s: it cannot be a Block volume at the same time", id, strings.Join(used, ", "))
+		}
+		return nil
+	}
+	used, err := d.devicePublications(dev)
+	if err != nil {
+		return toStatus(err)
+	}
+	if len(used) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "volume %s is published as a Block device at %s: it cannot be a Filesystem volume at the same time", id, strings.Join(used, ", "))
+	}
+	return nil
 }
 
 // detachAfterFailedStage detaches the device a failed stage attached,
@@ -581,6 +627,9 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	source := staging
 	if block {
 		source = dev
+		if err := d.inUseInTheOtherMode(req.GetVolumeId(), dev, true); err != nil {
+			return nil, err
+		}
 	} else if !view.stagedIsVolume {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
 	}

@@ -585,7 +585,7 @@ func (f *raceFinder) SnapshotsWithoutContent(_ context.Context, ids []string) ([
 	return nil, nil
 }
 
-func (f *raceFinder) DisksOfPVs(string) map[string]int    { return nil }
+func (f *raceFinder) DisksOfPVs(string) map[string]int { return nil }
 
 func (f *raceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
@@ -650,7 +650,7 @@ func (f *snapshotRaceFinder) SnapshotsWithoutContent(_ context.Context, ids []st
 	return ids, nil
 }
 
-func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int    { return nil }
+func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int { return nil }
 
 func (f *snapshotRaceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil

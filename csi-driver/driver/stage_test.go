@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -683,4 +684,55 @@ func TestOfflineGrowOutlivesTheRequest(t *testing.T) {
 		t.Errorf("the staged filesystem has %d MiB on a volume of %d MiB", fsBytes/mi, vol.CapacityBytes/mi)
 	}
 	e.teardown(t, vol.VolumeId, staging)
+}
+
+// One volume is never used as a Filesystem and as a Block volume at once:
+// a pod writing raw blocks under a mounted filesystem corrupts it, and a
+// filesystem staged over a device a pod writes to is mounted from data
+// anyone may have written. Two PVs of different volumeMode can name one
+// volume (an admin gave it a second PV, or made one by hand without
+// volumeMode). With its filesystem staged, a Block stage and a Block
+// publish are refused; with it published as a Block device, a Filesystem
+// stage is refused and nothing is mounted. Before, all three went ahead.
+func TestVolumeIsNeverFilesystemAndBlockAtOnce(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	staged := func(t *testing.T, id, name string, cap *csi.VolumeCapability) (string, error) {
+		staging := filepath.Join(e.kubelet, "plugins", "staging", name)
+		_, err := e.d.NodeStageVolume(e.ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: cap})
+		return staging, err
+	}
+
+	t.Run("filesystem first", func(t *testing.T) {
+		id := e.createWith(t, "pvc-fs-first", 300*mi, mountCap()).VolumeId
+		fsStaging := e.stage(t, id, mountCap())
+		target, err := e.publish(t, id, fsStaging, "fs-first", mountCap(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blockStaging, err := staged(t, id, "fs-first-as-block", blockCap())
+		wantCode(t, err, codes.FailedPrecondition)
+		_, err = e.publish(t, id, blockStaging, "fs-first-as-block", blockCap(), false)
+		wantCode(t, err, codes.FailedPrecondition)
+		e.teardown(t, id, fsStaging, target)
+	})
+
+	t.Run("block first", func(t *testing.T) {
+		id := e.createWith(t, "pvc-block-first", 300*mi, blockCap()).VolumeId
+		blockStaging := e.stage(t, id, blockCap())
+		target, err := e.publish(t, id, blockStaging, "block-first", blockCap(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The pod writes a filesystem to its device.
+		if out, err := exec.Command("mkfs.xfs", "-q", target).CombinedOutput(); err != nil {
+			t.Fatalf("mkfs.xfs on the published device: %v: %s", err, out)
+		}
+		fsStaging, err := staged(t, id, "block-first-as-fs", mountCap())
+		wantCode(t, err, codes.FailedPrecondition)
+		if mounted, _ := e.d.isMountPoint(fsStaging); mounted {
+			t.Errorf("the Block volume's device was mounted as a filesystem at %s", fsStaging)
+			_ = unix.Unmount(fsStaging, 0)
+		}
+		e.teardown(t, id, blockStaging, target)
+	})
 }
