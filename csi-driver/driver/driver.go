@@ -267,6 +267,9 @@ type Driver struct {
 
 	cfg        Config
 	kubeletDir string
+	// grows counts the offline filesystem grows running
+	// (growExtOffline), which Run waits for before it returns.
+	grows sync.WaitGroup
 	// set is the disks served now; a reload replaces it (copy on write),
 	// so readers need no lock.
 	set atomic.Pointer[diskSet]
@@ -494,10 +497,11 @@ func (d *Driver) Run(ctx context.Context) error {
 		srv.GracefulStop()
 		close(stopped)
 	}()
+	d.waitForGrows(logger)
 	graceful := true
 	select {
 	case <-stopped:
-	case <-time.After(30 * time.Second):
+	case <-time.After(shutdownGrace):
 		srv.Stop()
 		graceful = false
 	}
@@ -520,6 +524,38 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// shutdownGrace is how long Run waits, once its context ends, for the calls
+// in flight to return.
+var shutdownGrace = 30 * time.Second
+
+// growShutdownWait bounds how long Run waits, once its context ends, for
+// the offline filesystem grows running: resize2fs killed while it moves
+// blocks leaves the filesystem marked in error, and the driver's exit
+// kills it with the rest of its container. The DaemonSet gives the pod
+// 600 s (terminationGracePeriodSeconds) before it is killed for good.
+const growShutdownWait = 9 * time.Minute
+
+// waitForGrows waits, up to growShutdownWait, for the offline grows
+// running to end.
+func (d *Driver) waitForGrows(logger klog.Logger) {
+	done := make(chan struct{})
+	go func() {
+		d.grows.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(100 * time.Millisecond):
+	}
+	logger.Info("Waiting for the offline filesystem grows running to end before exiting", "atMost", growShutdownWait)
+	select {
+	case <-done:
+	case <-time.After(growShutdownWait):
+		logger.Error(nil, "Exiting while an offline filesystem grow still runs; e2fsck repairs its filesystem at the next stage")
+	}
 }
 
 // Permissions of the CSI socket and of its directory when the driver makes

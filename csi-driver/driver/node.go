@@ -472,7 +472,8 @@ func (refusedCmd) Output() ([]byte, error)         { return nil, errFormatRefuse
 // killed while it moves blocks leaves the filesystem marked in error (a
 // grow killed at every attempt would also never end). The caller holds
 // the volume's lock meanwhile, so the kubelet's retries wait for it, and
-// are Aborted when they give up.
+// are Aborted when they give up; a driver told to stop waits for it too
+// (Run, waitForGrows).
 func (d *Driver) growExtOffline(ctx context.Context, dev string) error {
 	ctx = context.WithoutCancel(ctx)
 	format, err := d.mounter.GetDiskFormat(dev)
@@ -490,6 +491,9 @@ func (d *Driver) growExtOffline(ctx context.Context, dev string) error {
 	if fsBytes >= devBytes {
 		return nil
 	}
+	// Run waits for it when the driver is told to stop.
+	d.grows.Add(1)
+	defer d.grows.Done()
 	klog.FromContext(ctx).Info("Growing ext4 filesystem offline", "device", dev, "from", fsBytes, "to", devBytes)
 	// e2fsck exits 1 when it corrected something, which is fine here.
 	if out, err := d.exec.CommandContext(ctx, "e2fsck", "-f", "-p", dev).CombinedOutput(); err != nil && !exitCode(err, 1) {

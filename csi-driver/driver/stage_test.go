@@ -16,7 +16,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	utilexec "k8s.io/utils/exec"
 
@@ -619,14 +621,34 @@ func (e *env) copySource(t *testing.T, name string, size int64, cap *csi.VolumeC
 // and leaves a marker once resize2fs has finished.
 type slowResize struct {
 	utilexec.Interface
+	// marker is made once resize2fs has finished.
 	marker string
+	// started, when set, is closed when resize2fs starts.
+	started chan struct{}
 }
 
 func (s *slowResize) CommandContext(ctx context.Context, cmd string, args ...string) utilexec.Cmd {
 	if cmd == "resize2fs" {
+		if s.started != nil {
+			close(s.started)
+		}
 		return s.Interface.CommandContext(ctx, "sh", "-c", `sleep 2 && resize2fs "$1" && touch "$2"`, "_", args[len(args)-1], s.marker)
 	}
 	return s.Interface.CommandContext(ctx, cmd, args...)
+}
+
+// largerExt4Restore makes an ext4 volume of 256 MiB holding "copied" in
+// file data, and restores a snapshot of it into a volume of 768 MiB, whose
+// filesystem its first stage grows offline.
+func (e *env) largerExt4Restore(t *testing.T) (*csi.Volume, *csi.VolumeCapability) {
+	t.Helper()
+	cap := withFS(mountCap(), "ext4")
+	_, snap := e.copySource(t, "pvc-grow-src", 256*mi, cap)
+	req := createReq("pvc-grow", 768*mi)
+	req.VolumeCapabilities = []*csi.VolumeCapability{cap}
+	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
+		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.SnapshotId}}}
+	return e.mustCreate(t, req), cap
 }
 
 // TestOfflineGrowOutlivesTheRequest: a restore of an ext4 volume into a
@@ -639,13 +661,7 @@ func (s *slowResize) CommandContext(ctx context.Context, cmd string, args ...str
 // later stage finds the data and the whole volume.
 func TestOfflineGrowOutlivesTheRequest(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
-	cap := withFS(mountCap(), "ext4")
-	_, snap := e.copySource(t, "pvc-grow-src", 256*mi, cap)
-	req := createReq("pvc-grow", 768*mi)
-	req.VolumeCapabilities = []*csi.VolumeCapability{cap}
-	req.VolumeContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
-		Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.SnapshotId}}}
-	vol := e.mustCreate(t, req)
+	vol, cap := e.largerExt4Restore(t)
 
 	marker := filepath.Join(t.TempDir(), "resized")
 	e.d.exec = &slowResize{Interface: e.d.exec, marker: marker}
@@ -684,6 +700,69 @@ func TestOfflineGrowOutlivesTheRequest(t *testing.T) {
 		t.Errorf("the staged filesystem has %d MiB on a volume of %d MiB", fsBytes/mi, vol.CapacityBytes/mi)
 	}
 	e.teardown(t, vol.VolumeId, staging)
+}
+
+// A driver told to stop (SIGTERM: a rollout of the DaemonSet) while an
+// offline ext4 grow runs waits for the grow to end, however long the
+// calls in flight are otherwise given: resize2fs killed while it moves
+// blocks leaves the filesystem marked in error, and the driver's exit
+// kills it (its container's processes go with it). Here the calls are
+// given 200 ms and the grow takes 2 s; before, Run returned, and the
+// process would have exited, with resize2fs still running.
+func TestShutdownWaitsForAnOfflineGrow(t *testing.T) {
+	defer func(g time.Duration) { shutdownGrace = g }(shutdownGrace)
+	shutdownGrace = 200 * time.Millisecond
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+	vol, cap := e.largerExt4Restore(t)
+
+	cfg := e.d.cfg
+	cfg.Endpoint = "unix://" + filepath.Join(t.TempDir(), "csi.sock")
+	stopDisks(e.d)
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopDisks(d) })
+	grow := &slowResize{Interface: d.exec, marker: filepath.Join(t.TempDir(), "resized"), started: make(chan struct{})}
+	d.exec = grow
+	ctx, stop := context.WithCancel(e.ctx)
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	conn, err := grpc.NewClient(cfg.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := waitFor(ctx, func() (bool, error) {
+		resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{}, grpc.WaitForReady(true))
+		return err == nil && resp.GetReady().GetValue(), nil
+	}); err != nil {
+		t.Fatalf("the driver never became ready: %v", err)
+	}
+	staging := filepath.Join(e.kubelet, "plugins", "staging", "grow")
+	go func() {
+		_, err := csi.NewNodeClient(conn).NodeStageVolume(e.ctx, &csi.NodeStageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging, VolumeCapability: cap}, grpc.WaitForReady(true))
+		t.Logf("the stage: %v", err)
+	}()
+	select {
+	case <-grow.started:
+	case <-time.After(time.Minute):
+		t.Fatal("resize2fs never started")
+	}
+	stop()
+	if err := <-ran; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if _, err := os.Stat(grow.marker); err != nil {
+		t.Errorf("Run returned while resize2fs still ran: the driver's exit would have killed it")
+	}
+	if err := waitFor(e.ctx, func() (bool, error) { return d.isMountPoint(staging) }); err != nil {
+		t.Fatalf("the stage never mounted the grown volume: %v", err)
+	}
+	if _, err := d.NodeUnstageVolume(e.ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.VolumeId, StagingTargetPath: staging}); err != nil {
+		t.Error(err)
+	}
 }
 
 // One volume is never used as a Filesystem and as a Block volume at once:
