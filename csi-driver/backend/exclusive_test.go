@@ -3,6 +3,9 @@ package backend
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/diskfit/diskfit/csi-driver/fault"
@@ -101,5 +104,45 @@ func TestSecondDriverOnAVolumeGroupLeavesTheFirstsWorkAlone(t *testing.T) {
 	}
 	if vol, err := first.GetVolume(ctx, "c"); err != nil || vol.State != StateReady || vol.SizeBytes != 16*mi {
 		t.Errorf("CreateVolume answered %+v, but the volume is %+v (%v)", r.vol, vol, err)
+	}
+}
+
+// A disk served by another process answers only if its device does: the
+// check reads the disk's record from the device itself, not from the page
+// cache, which would answer for a device that hangs (XFS answers a
+// directory read and its fsync from memory when there is nothing to
+// commit). The read is seen on the loop device's own counter of reads,
+// on both filesystems. A hung device cannot be made here (no
+// device-mapper): that the read then hangs, and the disk is reported as
+// not answering, follows from O_DIRECT.
+func TestServedDiskIsAskedThroughItsDevice(t *testing.T) {
+	testdisk.Require(t)
+	for _, fsType := range []string{"xfs", "ext4"} {
+		t.Run(fsType, func(t *testing.T) {
+			p := testdisk.New(t, fsType, 512*mi)
+			f := closing(t, NewFile(testDiskName, p, 0, nil))
+			if err := f.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			stat := filepath.Join("/sys/block", filepath.Base(testdisk.Source(p)), "stat")
+			reads := func() int {
+				b, err := os.ReadFile(stat)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, err := strconv.Atoi(strings.Fields(string(b))[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			before := reads()
+			if err := f.answers(); err != nil {
+				t.Fatalf("a working disk does not answer: %v", err)
+			}
+			if after := reads(); after <= before {
+				t.Errorf("the disk answered without a read from its device (%d reads before, %d after)", before, after)
+			}
+		})
 	}
 }

@@ -383,8 +383,42 @@ func (f *File) readVolumeDir(sync bool) error {
 // answers checks, without serving the disk, that its filesystem still
 // works: a Start that finds the disk served by another process
 // (ErrServedByAnotherProcess) calls it, as that process may be one hung
-// on a dead disk, which must count as failed.
-func (f *File) answers() error { return f.readVolumeDir(true) }
+// on a dead disk, which must count as failed. A directory read and its
+// fsync may be answered without the device (XFS with nothing to commit);
+// a read of the disk's record that bypasses the page cache must reach it,
+// so a device that hangs hangs it, and the disk is reported as not
+// answering (a failure) when its observation's deadline passes.
+func (f *File) answers() error {
+	if err := f.readVolumeDir(true); err != nil {
+		return err
+	}
+	return readFromDevice(filepath.Join(f.path, stateDirName, diskRecordName))
+}
+
+// readFromDevice reads the first block of the file at path with O_DIRECT,
+// from the device rather than the page cache. A file that does not exist
+// (a disk without its record yet), or a filesystem that refuses O_DIRECT
+// (ext4 with data=journal), is no answer either way: nil.
+func readFromDevice(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening %s: %w (has the disk's device failed?)", path, err)
+	}
+	defer unix.Close(fd)
+	// O_DIRECT wants a buffer aligned to the device's blocks: a page is.
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return fmt.Errorf("a buffer to read %s: %w", path, err)
+	}
+	defer unix.Munmap(buf)
+	if _, err := unix.Pread(fd, buf, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("reading %s from the device: %w (has the disk's device failed?)", path, err)
+	}
+	return nil
+}
 
 // Usage implements Backend: statfs, minus headroom, minus what
 // copy-on-write of snapshots and clones may still need (see cowBytes).
