@@ -325,7 +325,7 @@ func (d *Driver) stillReferred(ctx context.Context, id string) error {
 	if d.cfg.Orphans == nil {
 		return nil
 	}
-	names, err := d.cfg.Orphans.PVsKeeping(id)
+	names, err := d.cfg.Orphans.PVsKeeping(ctx, id)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "volume %s not deleted: cannot tell whether another PV refers to it: %v", id, err)
 	}

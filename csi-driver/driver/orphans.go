@@ -34,7 +34,7 @@ type OrphanFinder interface {
 	// PVsKeeping names the PVs that refer to the volume and may still be
 	// used: all but those Kubernetes deletes the volume for (Released or
 	// Failed, with reclaim policy Delete). It fails when it cannot tell.
-	PVsKeeping(volumeID string) ([]string, error)
+	PVsKeeping(ctx context.Context, volumeID string) ([]string, error)
 	// CallOffDeletion gives the PVs that Kubernetes deletes the volume for
 	// (Released or Failed, with reclaim policy Delete) reclaim policy
 	// Retain, and names those it changed.

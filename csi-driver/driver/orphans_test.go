@@ -764,6 +764,43 @@ func TestOrphanSweepKeepsVolumeWhoseClaimStillWaits(t *testing.T) {
 	}
 }
 
+// DeleteVolume judges the PVs as the API server has them, not as its
+// cache does: external-provisioner calls it once it saw the PV Released,
+// which the driver's cache may not have seen yet. The volume of a PV the
+// cache still has Bound, and that is Released now, is deleted; so is one
+// whose other PV the cache still has and that was deleted. The e2e suite
+// met the first: the refusal named the PV being deleted itself.
+func TestDeleteVolumeReadsThePVsAgain(t *testing.T) {
+	for _, deleteOther := range []bool{false, true} {
+		t.Run(fmt.Sprintf("other PV deleted %v", deleteOther), func(t *testing.T) {
+			e := newOrphanEnv(t, true)
+			id := e.mustCreate(t, createReq("pvc-lag", 300*mi)).VolumeId
+			pv := csiPV("pv-lag", diskfit.DriverName, id)
+			pv.Spec.PersistentVolumeReclaimPolicy, pv.Status.Phase = corev1.PersistentVolumeReclaimDelete, corev1.VolumeBound
+			e.createPV(t, pv)
+			other := csiPV("pv-other", diskfit.DriverName, id)
+			other.Status.Phase = corev1.VolumeBound
+			if deleteOther {
+				e.createPV(t, other)
+			}
+			e.waitForPVCache(t, map[bool]int{false: 1, true: 2}[deleteOther])
+			e.stopPVs()
+			pv.Status.Phase = corev1.VolumeReleased
+			if _, err := e.kube.CoreV1().PersistentVolumes().UpdateStatus(e.ctx, pv, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if deleteOther {
+				if err := e.kube.CoreV1().PersistentVolumes().Delete(e.ctx, other.Name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil || slices.Contains(e.remaining(t), id) {
+				t.Errorf("DeleteVolume for PV %s, Released now, its cache lagging: %v; volume kept: %v", pv.Name, err, slices.Contains(e.remaining(t), id))
+			}
+		})
+	}
+}
+
 // DeleteVolume deletes a volume only when no PV but those Kubernetes
 // deletes it for still refers to it. Two PVs can name one volume: an admin
 // who moves a volume to another claim (or namespace) makes a second PV for

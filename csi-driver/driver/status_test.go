@@ -15,10 +15,10 @@ type pvDisks map[string]int
 // keeps any volume.
 type noOtherPVs struct{}
 
-func (noOtherPVs) PVsKeeping(string) ([]string, error)                       { return nil, nil }
+func (noOtherPVs) PVsKeeping(context.Context, string) ([]string, error)      { return nil, nil }
 func (noOtherPVs) CallOffDeletion(context.Context, string) ([]string, error) { return nil, nil }
 
-func (pvDisks) PVsKeeping(string) ([]string, error)                       { return nil, nil }
+func (pvDisks) PVsKeeping(context.Context, string) ([]string, error)      { return nil, nil }
 func (pvDisks) CallOffDeletion(context.Context, string) ([]string, error) { return nil, nil }
 
 func (pvDisks) VolumesWithoutPV(_ context.Context, _ []string, _ bool) ([]string, error) {

@@ -238,11 +238,11 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 	return without(uncached, handles), nil
 }
 
-// PVsKeeping implements driver.OrphanFinder from the cache: the PVs that
-// may refer to the volume (see volumeHandle) other than those Kubernetes
-// deletes it for (deletesItsVolume).
-func (f *OrphanFinder) PVsKeeping(volumeID string) ([]string, error) {
-	pvs, err := f.pvsOf(volumeID)
+// PVsKeeping implements driver.OrphanFinder: the PVs that may refer to the
+// volume (see volumeHandle) other than those Kubernetes deletes it for
+// (deletesItsVolume), as the API server has them now.
+func (f *OrphanFinder) PVsKeeping(ctx context.Context, volumeID string) ([]string, error) {
+	pvs, err := f.pvsOf(ctx, volumeID)
 	if err != nil {
 		return nil, err
 	}
@@ -256,12 +256,12 @@ func (f *OrphanFinder) PVsKeeping(volumeID string) ([]string, error) {
 	return names, nil
 }
 
-// CallOffDeletion implements driver.OrphanFinder: each PV of the cache
-// that Kubernetes deletes the volume for is given reclaim policy Retain,
-// as long as it is still as the cache has it (its resourceVersion). It
-// returns the names of those it changed.
+// CallOffDeletion implements driver.OrphanFinder: each PV that Kubernetes
+// deletes the volume for is given reclaim policy Retain, as long as it is
+// still as it was read (its resourceVersion). It returns the names of
+// those it changed.
 func (f *OrphanFinder) CallOffDeletion(ctx context.Context, volumeID string) ([]string, error) {
-	pvs, err := f.pvsOf(volumeID)
+	pvs, err := f.pvsOf(ctx, volumeID)
 	if err != nil {
 		return nil, err
 	}
@@ -282,8 +282,10 @@ func (f *OrphanFinder) CallOffDeletion(ctx context.Context, volumeID string) ([]
 	return names, errors.Join(errs...)
 }
 
-// pvsOf returns the PVs of the cache that may refer to the volume.
-func (f *OrphanFinder) pvsOf(volumeID string) ([]*corev1.PersistentVolume, error) {
+// pvsOf returns the PVs that may refer to the volume: those the cache
+// names, read again from the API server (the cache may not have seen a PV
+// Released yet, or deleted), without those that are gone.
+func (f *OrphanFinder) pvsOf(ctx context.Context, volumeID string) ([]*corev1.PersistentVolume, error) {
 	if !f.pvs.HasSynced() {
 		return nil, errors.New("the PV cache has not synced yet")
 	}
@@ -293,7 +295,16 @@ func (f *OrphanFinder) pvsOf(volumeID string) ([]*corev1.PersistentVolume, error
 	}
 	pvs := make([]*corev1.PersistentVolume, 0, len(objs))
 	for _, obj := range objs {
-		pvs = append(pvs, obj.(*corev1.PersistentVolume))
+		pv, err := f.client.CoreV1().PersistentVolumes().Get(ctx, obj.(*corev1.PersistentVolume).Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading PV %s: %w", obj.(*corev1.PersistentVolume).Name, err)
+		}
+		if handle, ok := f.volumeHandle(pv); ok && handle == volumeID {
+			pvs = append(pvs, pv)
+		}
 	}
 	return pvs, nil
 }
