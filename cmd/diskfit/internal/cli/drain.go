@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -349,68 +351,92 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 // this drain, or one interrupted before it, released and that is not back
 // yet. A replica no StatefulSet owns waits for nothing.
 func (o *drainOptions) waitForTheOthers(ctx context.Context, c *Clients, out io.Writer, r drainReplica) error {
-	sts := r.claims[0].statefulSet
-	if sts == "" {
-		return nil
+	set, err := statefulSetOf(ctx, c, r)
+	if err != nil || set == nil {
+		return err
 	}
-	down, err := othersDown(ctx, c, r)
+	down, err := othersDown(ctx, c, set, r)
 	if err != nil || len(down) == 0 {
 		return err
 	}
-	fmt.Fprintf(out, "  Waiting up to %s for the other replicas of StatefulSet %s before releasing %s: %s...\n", o.timeout, sts, r.name(), strings.Join(down, ", "))
+	fmt.Fprintf(out, "  Waiting up to %s for the other replicas of StatefulSet %s before releasing %s: %s...\n", o.timeout, set.Name, r.name(), strings.Join(down, ", "))
 	err = wait.PollUntilContextTimeout(ctx, o.poll, o.timeout, false, func(ctx context.Context) (bool, error) {
-		down, err = othersDown(ctx, c, r)
+		down, err = othersDown(ctx, c, set, r)
 		return err == nil && len(down) == 0, err
 	})
 	if err != nil {
 		return fmt.Errorf("%s not released: StatefulSet %s has other replicas down (%s); releasing it now would take one more down: "+
-			"run drain again once they run: %w", r.name(), sts, strings.Join(down, ", "), err)
+			"run drain again once they run: %w", r.name(), set.Name, strings.Join(down, ", "), err)
 	}
 	return nil
 }
 
-// othersDown says which replicas of r's StatefulSet, other than r, are not
-// up: its pods that are not, and how many it lacks of spec.replicas.
-func othersDown(ctx context.Context, c *Clients, r drainReplica) ([]string, error) {
+// statefulSetOf returns the StatefulSet r is a replica of, nil for none:
+// the one that owns its pods or, for a replica without pods (its pod
+// deleted a moment ago), the one whose claim template, name and ordinal
+// (below spec.replicas) make its claim's name. A set gone makes no pods
+// again: nil.
+func statefulSetOf(ctx context.Context, c *Clients, r drainReplica) (*appsv1.StatefulSet, error) {
 	first := r.claims[0]
-	ns, name := first.PVC.Namespace, first.statefulSet
-	var owner types.UID
+	ns := first.PVC.Namespace
+	if name := first.statefulSet; name != "" {
+		set, err := c.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("reading StatefulSet %s/%s: %w", ns, name, err)
+		}
+		return set, nil
+	}
+	if first.podNames() != "" {
+		return nil, nil
+	}
+	sets, err := c.Kube.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing the StatefulSets of %s: %w", ns, err)
+	}
+	for i := range sets.Items {
+		set := &sets.Items[i]
+		for _, tmpl := range set.Spec.VolumeClaimTemplates {
+			rest, ok := strings.CutPrefix(first.PVC.Name, tmpl.Name+"-"+set.Name+"-")
+			ordinal, err := strconv.Atoi(rest)
+			if ok && err == nil && ordinal >= 0 && set.Spec.Replicas != nil && ordinal < int(*set.Spec.Replicas) {
+				return set, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// othersDown says which replicas of set, other than r, are not up: its
+// pods that are not, and how many it lacks of spec.replicas besides r's.
+func othersDown(ctx context.Context, c *Clients, set *appsv1.StatefulSet, r drainReplica) ([]string, error) {
 	mine := map[string]bool{}
 	for _, cl := range r.claims {
 		for _, p := range cl.pods {
 			mine[p.Name] = true
-			if ref := metav1.GetControllerOf(&p); ref != nil && owner == "" {
-				owner = ref.UID
-			}
 		}
 	}
-	pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	pods, err := c.Kube.CoreV1().Pods(set.Namespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing the pods of StatefulSet %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("listing the pods of StatefulSet %s/%s: %w", set.Namespace, set.Name, err)
 	}
 	var down []string
-	n := 0
+	others := 0
 	for _, p := range pods.Items {
 		ref := metav1.GetControllerOf(&p)
-		if ref == nil || ref.UID != owner {
+		if ref == nil || ref.UID != set.UID || mine[p.Name] {
 			continue
 		}
-		n++
-		if mine[p.Name] {
-			continue
-		}
+		others++
 		if why := podUp(&p); why != "" {
 			down = append(down, "pod "+p.Name+" is "+why)
 		}
 	}
-	set, err := c.Kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		// Gone: nothing makes its pods again.
-	case err != nil:
-		return nil, fmt.Errorf("reading StatefulSet %s/%s: %w", ns, name, err)
-	case set.UID == owner && set.Spec.Replicas != nil && int32(n) < *set.Spec.Replicas:
-		down = append(down, fmt.Sprintf("StatefulSet %s has %d of its %d pods", name, n, *set.Spec.Replicas))
+	// r is one replica, with or without its pod.
+	if set.Spec.Replicas != nil && int32(others) < *set.Spec.Replicas-1 {
+		down = append(down, fmt.Sprintf("StatefulSet %s has %d of its %d pods", set.Name, others+len(mine), *set.Spec.Replicas))
 	}
 	slices.Sort(down)
 	return down, nil

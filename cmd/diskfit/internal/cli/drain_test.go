@@ -374,6 +374,45 @@ func TestDrainTakesNoReplicaDownWhileAnotherIsDown(t *testing.T) {
 	}
 }
 
+// TestDrainWaitsForTheOthersAlsoForAReplicaWithoutItsPod: replica web-2's
+// pod is gone for a moment (deleted, not made again yet), its claim on
+// node-a/nvme1, while web-1 is not Ready. Releasing web-2's claim now
+// would leave web-1's the only data of three that may still come back
+// besides web-0's: drain finds web-2's StatefulSet from the claim's name
+// (template data, set web, ordinal 2 of 3) and waits for the others as
+// for any replica. Before, a claim without pods was released at once.
+func TestDrainWaitsForTheOthersAlsoForAReplicaWithoutItsPod(t *testing.T) {
+	c := drainCluster()
+	ctx := context.Background()
+	replicas := int32(3)
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "web-uid"}, Spec: appsv1.StatefulSetSpec{
+		Replicas: &replicas, VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"}}}}}
+	if _, err := c.Kube.AppsV1().StatefulSets("shop").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []runtime.Object{diskfitPV("pv-w2", "node-a", "nvme1", gi, "data-web-2"), drainPVC("data-web-2", "diskfit-release", "pv-w2", "")} {
+		if err := c.Kube.(*kubefake.Clientset).Tracker().Add(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	web1, err := c.Kube.CoreV1().Pods("shop").Get(ctx, "web-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web1.Status.Conditions[0].Status = corev1.ConditionFalse
+	if _, err := c.Kube.CoreV1().Pods("shop").UpdateStatus(ctx, web1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Kube.(*kubefake.Clientset).ClearActions()
+	out, _, err := runWith(c, "", "drain", "node-a/nvme1", "--release", "--timeout", "300ms")
+	if err == nil || !strings.Contains(err.Error(), "pod web-1 is not Ready") {
+		t.Errorf("drain of web-2's claim, its pod gone, with web-1 not Ready: %v, want an error naming web-1\n%s", err, out)
+	}
+	if w := writes(c); slices.Contains(w, "delete persistentvolumeclaims data-web-2") {
+		t.Errorf("drain released web-2's claim while web-1 was down: writes %q", w)
+	}
+}
+
 // TestDrainFinishesAReleaseLeftHalfDone: a drain was interrupted (Ctrl-C,
 // a lost connection, no right to delete pods) after it deleted claim
 // data-web-0 and before it deleted pod web-0. The claim stays, being
