@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
@@ -317,31 +319,65 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// stillReferred refuses, FailedPrecondition, to delete a volume a PV may
-// still use (OrphanFinder.PVsKeeping), and calls the deletion off
-// (OrphanFinder.CallOffDeletion); Unavailable when it cannot tell.
-// Without an OrphanFinder (no API server) it refuses nothing.
+// stillReferred refuses, FailedPrecondition, to delete a volume a PV other
+// than those Kubernetes deletes it for (deletesItsVolume) still refers to,
+// and calls the deletion off: those get reclaim policy Retain. Unavailable
+// when it cannot tell. Without an OrphanFinder (no API server) it refuses
+// nothing.
 func (d *Driver) stillReferred(ctx context.Context, id string) error {
 	if d.cfg.Orphans == nil {
 		return nil
 	}
-	names, err := d.cfg.Orphans.PVsKeeping(ctx, id)
+	pvs, err := d.cfg.Orphans.PVsOf(ctx, id)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "volume %s not deleted: cannot tell whether another PV refers to it: %v", id, err)
 	}
-	if len(names) == 0 {
+	var keeping, deleting []*corev1.PersistentVolume
+	for _, pv := range pvs {
+		if deletesItsVolume(pv) {
+			deleting = append(deleting, pv)
+		} else {
+			keeping = append(keeping, pv)
+		}
+	}
+	if len(keeping) == 0 {
 		return nil
 	}
-	msg := fmt.Sprintf("volume %s not deleted: PersistentVolume %s also refers to it and would lose its data", id, strings.Join(names, ", "))
-	retained, err := d.cfg.Orphans.CallOffDeletion(ctx, id)
-	if len(retained) > 0 {
-		msg += fmt.Sprintf("; the deletion is called off: PersistentVolume %s now has reclaim policy Retain, delete it when it is not needed", strings.Join(retained, ", "))
+	msg := fmt.Sprintf("volume %s not deleted: PersistentVolume %s also refers to it and would lose its data", id, pvNames(keeping))
+	var retained []*corev1.PersistentVolume
+	var errs []error
+	for _, pv := range deleting {
+		if err := d.cfg.Orphans.Retain(ctx, pv); err != nil {
+			errs = append(errs, err)
+		} else {
+			retained = append(retained, pv)
+		}
 	}
-	if err != nil {
+	if len(retained) > 0 {
+		msg += fmt.Sprintf("; the deletion is called off: PersistentVolume %s now has reclaim policy Retain, delete it when it is not needed", pvNames(retained))
+	}
+	if err := errors.Join(errs...); err != nil {
 		klog.FromContext(ctx).Error(err, "Calling off the deletion of a volume another PV refers to", "volume", id)
 		msg += fmt.Sprintf("; to call the deletion off, set the deleted claim's PV to reclaim policy Retain (%v)", err)
 	}
 	return status.Error(codes.FailedPrecondition, msg)
+}
+
+// deletesItsVolume says that Kubernetes deletes pv's volume: it is
+// Released or Failed with reclaim policy Delete.
+func deletesItsVolume(pv *corev1.PersistentVolume) bool {
+	released := pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed
+	return released && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
+}
+
+// pvNames joins the names of pvs, sorted.
+func pvNames(pvs []*corev1.PersistentVolume) string {
+	names := make([]string, len(pvs))
+	for i, pv := range pvs {
+		names[i] = pv.Name
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 // getVolume returns a ready volume or NotFound.

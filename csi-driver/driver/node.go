@@ -167,7 +167,12 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 	}
 	d.cfg.Faults.Reach(fault.NodeStageVolumeAttached)
-	if err := d.inUseInTheOtherMode(req.GetVolumeId(), dev, mnt == nil); err != nil {
+	view, err := d.mountsOf(dev, mnt == nil, staging, "")
+	if err != nil {
+		undo()
+		return nil, toStatus(err)
+	}
+	if err := view.usedInTheOtherMode(req.GetVolumeId(), mnt == nil); err != nil {
 		undo()
 		return nil, err
 	}
@@ -192,9 +197,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if fsType == "" {
 		fsType = defaultFSType
 	}
-	if view, err := d.mountsOf(dev, false, staging, ""); err != nil {
-		return nil, toStatus(err)
-	} else if view.staged != nil {
+	if view.staged != nil {
 		if !view.stagedIsVolume {
 			return nil, status.Errorf(codes.AlreadyExists, "staging path %s holds %s, not volume %s (%s)", staging, view.staged.Source, req.GetVolumeId(), dev)
 		}
@@ -225,48 +228,6 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	d.cfg.Faults.Reach(fault.NodeStageVolumeMounted)
 	klog.FromContext(ctx).V(2).Info("Staged volume", "volume", req.GetVolumeId(), "device", dev, "path", staging, "fsType", fsType)
 	return &csi.NodeStageVolumeResponse{}, nil
-}
-
-// inUseInTheOtherMode refuses, FailedPrecondition, to use the volume whose
-// device is dev as a Block volume (block) while its filesystem is mounted,
-// or as a Filesystem volume while its device is published as a Block
-// device. Two PVs of different volumeMode can name one volume: a pod
-// writing raw blocks under a mounted filesystem corrupts it, and a
-// filesystem staged over a device a pod writes to is mounted from data
-// anyone may have written.
-func (d *Driver) inUseInTheOtherMode(id, dev string, block bool) error {
-	var used []string
-	if block {
-		infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
-		if err != nil {
-			return status.Errorf(codes.Internal, "reading mountinfo: %v", err)
-		}
-		rdev, err := deviceNumber(dev)
-		if errors.Is(err, fs.ErrNotExist) {
-			// No device node, no filesystem mounted from it.
-			return nil
-		}
-		if err != nil {
-			return toStatus(err)
-		}
-		for _, mi := range infos {
-			if isFilesystemOf(mi, rdev) {
-				used = append(used, mi.MountPoint)
-			}
-		}
-		if len(used) > 0 {
-			return status.Errorf(codes.FailedPrecondition, "volume %s is mounted as a filesystem at %s: it cannot be a Block volume at the same time", id, strings.Join(used, ", "))
-		}
-		return nil
-	}
-	used, err := d.devicePublications(dev)
-	if err != nil {
-		return toStatus(err)
-	}
-	if len(used) > 0 {
-		return status.Errorf(codes.FailedPrecondition, "volume %s is published as a Block device at %s: it cannot be a Filesystem volume at the same time", id, strings.Join(used, ", "))
-	}
-	return nil
 }
 
 // detachAfterFailedStage detaches the device a failed stage attached,
@@ -628,12 +589,12 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if err := view.usedInTheOtherMode(req.GetVolumeId(), block); err != nil {
+		return nil, err
+	}
 	source := staging
 	if block {
 		source = dev
-		if err := d.inUseInTheOtherMode(req.GetVolumeId(), dev, true); err != nil {
-			return nil, err
-		}
 	} else if !view.stagedIsVolume {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged at %s", req.GetVolumeId(), staging)
 	}
@@ -737,23 +698,51 @@ type mountView struct {
 	targetIsVolume bool
 	// others are the volume's publications besides staging and target.
 	others []string
+	// otherMode are the volume's uses in the other mode: for a Block
+	// volume, mounts of its filesystem; for a Filesystem volume, bind
+	// mounts of its device node.
+	otherMode []string
+}
+
+// usedInTheOtherMode refuses, FailedPrecondition, to use the volume id as a
+// Block volume (block) while its filesystem is mounted, or as a Filesystem
+// volume while its device is published as a Block device. Two PVs of
+// different volumeMode can name one volume: a pod writing raw blocks under
+// a mounted filesystem corrupts it, and a filesystem staged over a device a
+// pod writes to is mounted from data anyone may have written.
+func (v mountView) usedInTheOtherMode(id string, block bool) error {
+	if len(v.otherMode) == 0 {
+		return nil
+	}
+	used, want := "published as a Block device", "a Filesystem"
+	if block {
+		used, want = "mounted as a filesystem", "a Block"
+	}
+	return status.Errorf(codes.FailedPrecondition, "volume %s is %s at %s: it cannot be %s volume at the same time", id, used, strings.Join(v.otherMode, ", "), want)
 }
 
 // mountsOf reads the mount table once for everything NodeStageVolume and
-// NodePublishVolume need to know about the volume whose device is dev.
+// NodePublishVolume need to know about the volume whose device is dev, to
+// be used as a Block volume (block) or a Filesystem volume. Without a
+// device node nothing is mounted from it: an empty view.
 func (d *Driver) mountsOf(dev string, block bool, staging, target string) (mountView, error) {
 	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
 	if err != nil {
 		return mountView{}, fmt.Errorf("reading mountinfo: %w", err)
 	}
 	rdev, err := deviceNumber(dev)
+	if errors.Is(err, fs.ErrNotExist) {
+		return mountView{}, nil
+	}
 	if err != nil {
 		return mountView{}, err
 	}
-	isPublication := d.publicationsOf(rdev, block)
+	isPublication, isOtherMode := d.publicationsOf(rdev, block), d.publicationsOf(rdev, !block)
 	var v mountView
 	for _, mi := range infos {
 		switch {
+		case isOtherMode(mi):
+			v.otherMode = append(v.otherMode, mi.MountPoint)
 		case mi.MountPoint == staging:
 			v.staged, v.stagedIsVolume = &mi, isFilesystemOf(mi, rdev)
 		case mi.MountPoint == target:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
@@ -31,14 +32,13 @@ type OrphanFinder interface {
 	// bound to no PV but one that refers to the volume. It asks the API
 	// server and fails when it cannot tell.
 	ClaimWaits(ctx context.Context, namespace, name, volumeID, volumeName string) (bool, error)
-	// PVsKeeping names the PVs that refer to the volume and may still be
-	// used: all but those Kubernetes deletes the volume for (Released or
-	// Failed, with reclaim policy Delete). It fails when it cannot tell.
-	PVsKeeping(ctx context.Context, volumeID string) ([]string, error)
-	// CallOffDeletion gives the PVs that Kubernetes deletes the volume for
-	// (Released or Failed, with reclaim policy Delete) reclaim policy
-	// Retain, and names those it changed.
-	CallOffDeletion(ctx context.Context, volumeID string) ([]string, error)
+	// PVsOf returns the PVs that refer to the volume (or may: see
+	// diskfit.PVRefersTo), as the API server has them now. It fails when
+	// it cannot tell.
+	PVsOf(ctx context.Context, volumeID string) ([]*corev1.PersistentVolume, error)
+	// Retain gives pv reclaim policy Retain, unless it changed since it was
+	// read.
+	Retain(ctx context.Context, pv *corev1.PersistentVolume) error
 	// DisksOfPVs counts, by disk name, the PersistentVolumes of this
 	// driver on the node, from the cache; nil before the cache is filled.
 	DisksOfPVs(node string) map[string]int

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
@@ -15,11 +17,11 @@ type pvDisks map[string]int
 // keeps any volume.
 type noOtherPVs struct{}
 
-func (noOtherPVs) PVsKeeping(context.Context, string) ([]string, error)      { return nil, nil }
-func (noOtherPVs) CallOffDeletion(context.Context, string) ([]string, error) { return nil, nil }
+func (noOtherPVs) PVsOf(context.Context, string) ([]*corev1.PersistentVolume, error) { return nil, nil }
+func (noOtherPVs) Retain(context.Context, *corev1.PersistentVolume) error            { return nil }
 
-func (pvDisks) PVsKeeping(context.Context, string) ([]string, error)      { return nil, nil }
-func (pvDisks) CallOffDeletion(context.Context, string) ([]string, error) { return nil, nil }
+func (pvDisks) PVsOf(context.Context, string) ([]*corev1.PersistentVolume, error) { return nil, nil }
+func (pvDisks) Retain(context.Context, *corev1.PersistentVolume) error            { return nil }
 
 func (pvDisks) VolumesWithoutPV(_ context.Context, _ []string, _ bool) ([]string, error) {
 	return nil, nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -238,54 +237,11 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 	return without(uncached, handles), nil
 }
 
-// PVsKeeping implements driver.OrphanFinder: the PVs that may refer to the
-// volume (see volumeHandle) other than those Kubernetes deletes it for
-// (deletesItsVolume), as the API server has them now.
-func (f *OrphanFinder) PVsKeeping(ctx context.Context, volumeID string) ([]string, error) {
-	pvs, err := f.pvsOf(ctx, volumeID)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, pv := range pvs {
-		if !deletesItsVolume(pv) {
-			names = append(names, pv.Name)
-		}
-	}
-	slices.Sort(names)
-	return names, nil
-}
-
-// CallOffDeletion implements driver.OrphanFinder: each PV that Kubernetes
-// deletes the volume for is given reclaim policy Retain, as long as it is
-// still as it was read (its resourceVersion). It returns the names of
-// those it changed.
-func (f *OrphanFinder) CallOffDeletion(ctx context.Context, volumeID string) ([]string, error) {
-	pvs, err := f.pvsOf(ctx, volumeID)
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	var errs []error
-	for _, pv := range pvs {
-		if !deletesItsVolume(pv) {
-			continue
-		}
-		patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`, pv.ResourceVersion)
-		if _, err := f.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			errs = append(errs, fmt.Errorf("setting PV %s to reclaim policy Retain: %w", pv.Name, err))
-			continue
-		}
-		names = append(names, pv.Name)
-	}
-	slices.Sort(names)
-	return names, errors.Join(errs...)
-}
-
-// pvsOf returns the PVs that may refer to the volume: those the cache
-// names, read again from the API server (the cache may not have seen a PV
-// Released yet, or deleted), without those that are gone.
-func (f *OrphanFinder) pvsOf(ctx context.Context, volumeID string) ([]*corev1.PersistentVolume, error) {
+// PVsOf implements driver.OrphanFinder: the PVs the cache has for the
+// volume (see volumeHandle), read again from the API server (the cache may
+// not have seen a PV Released yet, or deleted), without those that are
+// gone.
+func (f *OrphanFinder) PVsOf(ctx context.Context, volumeID string) ([]*corev1.PersistentVolume, error) {
 	if !f.pvs.HasSynced() {
 		return nil, errors.New("the PV cache has not synced yet")
 	}
@@ -295,12 +251,13 @@ func (f *OrphanFinder) pvsOf(ctx context.Context, volumeID string) ([]*corev1.Pe
 	}
 	pvs := make([]*corev1.PersistentVolume, 0, len(objs))
 	for _, obj := range objs {
-		pv, err := f.client.CoreV1().PersistentVolumes().Get(ctx, obj.(*corev1.PersistentVolume).Name, metav1.GetOptions{})
+		name := obj.(*corev1.PersistentVolume).Name
+		pv, err := f.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("reading PV %s: %w", obj.(*corev1.PersistentVolume).Name, err)
+			return nil, fmt.Errorf("reading PV %s: %w", name, err)
 		}
 		if handle, ok := f.volumeHandle(pv); ok && handle == volumeID {
 			pvs = append(pvs, pv)
@@ -309,11 +266,14 @@ func (f *OrphanFinder) pvsOf(ctx context.Context, volumeID string) ([]*corev1.Pe
 	return pvs, nil
 }
 
-// deletesItsVolume says that Kubernetes deletes pv's volume: it is
-// Released or Failed with reclaim policy Delete.
-func deletesItsVolume(pv *corev1.PersistentVolume) bool {
-	released := pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed
-	return released && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
+// Retain implements driver.OrphanFinder: pv gets reclaim policy Retain, as
+// long as it is still as it was read (its resourceVersion).
+func (f *OrphanFinder) Retain(ctx context.Context, pv *corev1.PersistentVolume) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"spec":{"persistentVolumeReclaimPolicy":"Retain"}}`, pv.ResourceVersion)
+	if _, err := f.client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("setting PV %s to reclaim policy Retain: %w", pv.Name, err)
+	}
+	return nil
 }
 
 // ClaimWaits implements driver.OrphanFinder with diskfit.ClaimWaitsFor;
