@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,15 +63,20 @@ func StillReleasedOnDiskLoss(ctx context.Context, client kubernetes.Interface, c
 // Every write carries the UID it was decided for, so a claim re-created
 // meanwhile under the same name is not touched. A claim changed since it
 // was read stays (ErrClaimChanged), and its PV gets back the reclaim
-// policy it had (deleteClaimKeepingData).
+// policy it had (DeleteClaimKeepingData).
+//
+// Its pods are deleted, not evicted: the disk failed, so the replica is
+// down already, and a PodDisruptionBudget that counts it would refuse for
+// ever. An admin's drain, of a disk that works, evicts them instead
+// (EvictPodsUsing).
 func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Claim, node string) error {
-	if err := deleteClaimKeepingData(ctx, client, c); err != nil {
+	if err := DeleteClaimKeepingData(ctx, client, c); err != nil {
 		return err
 	}
-	return deletePodsUsing(ctx, client, c.PVC, node)
+	return removePodsUsing(ctx, client, c.PVC, node, deletePod)
 }
 
-// deleteClaimKeepingData makes c's PV Retain and then deletes c's claim.
+// DeleteClaimKeepingData makes c's PV Retain and then deletes c's claim.
 // A claim whose delete the API server refused and that stays gets its
 // PV's reclaim policy back: one changed since it was read
 // (ErrClaimChanged), and one whose delete was otherwise turned down
@@ -81,7 +88,7 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 // with no answer (a timeout, an etcd error, a lost connection or
 // leadership), which may go through after any read that finds the claim
 // still there.
-func deleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c Claim) error {
+func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c Claim) error {
 	restore, err := retain(ctx, client, c.PV)
 	if err != nil {
 		return err
@@ -218,7 +225,7 @@ func released(ctx context.Context, client kubernetes.Interface, pvc *v1.Persiste
 // PV whose claim is gone) leaves a PV whose volume the provisioner of a
 // node registered again under the name does not delete.
 func ReleaseWithNode(ctx context.Context, client kubernetes.Interface, c Claim) error {
-	if err := deleteClaimKeepingData(ctx, client, c); err != nil {
+	if err := DeleteClaimKeepingData(ctx, client, c); err != nil {
 		return err
 	}
 	// The PV changes under us (the PV controller marks it Released when
@@ -279,14 +286,14 @@ func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.Persi
 	return fmt.Errorf("deleting PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
 }
 
-// deletePodsUsing deletes the pods on node, and only those, that mount
-// the claim deleted for pvc (PodsUsing). A claim in use by a scheduled
-// pod is not removed (PVC protection) and the pod could never start
-// again on its lost volume.
-// The pods are listed first and deleted only if the claim still has
+// removePodsUsing removes, with remove, the pods on node, and only
+// those, that mount the claim deleted for pvc (PodsUsing). A claim in use
+// by a scheduled pod is not removed (PVC protection) and the pod could
+// never start again on its lost volume.
+// The pods are listed first and removed only if the claim still has
 // pvc's UID after that: every pod listed was made while the name meant
 // this claim. A claim made anew under the name keeps its pods.
-func deletePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) error {
+func removePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string, remove func(context.Context, kubernetes.Interface, *v1.Pod) error) error {
 	pods, err := PodsUsing(ctx, client, pvc, node)
 	if err != nil {
 		return err
@@ -295,14 +302,80 @@ func deletePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.P
 		return err
 	}
 	for _, pod := range pods {
-		err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-			Preconditions: &metav1.Preconditions{UID: &pod.UID},
-		})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("deleting pod %s/%s, which uses PVC %s: %w", pod.Namespace, pod.Name, pvc.Name, err)
+		if err := remove(ctx, client, &pod); err != nil {
+			return fmt.Errorf("pod %s/%s, which uses PVC %s: %w", pod.Namespace, pod.Name, pvc.Name, err)
 		}
 	}
 	return nil
+}
+
+// deletePod deletes pod, if it is still the pod of that UID.
+func deletePod(ctx context.Context, client kubernetes.Interface, pod *v1.Pod) error {
+	err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &pod.UID},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("deleting it: %w", err)
+	}
+	return nil
+}
+
+// EvictPodsUsing evicts, through the Eviction API, the pods on node that
+// mount the claim deleted for pvc, the same pods ReleaseKeepingData
+// deletes. The API server evicts a pod only while its PodDisruptionBudget
+// allows a disruption, and counts the eviction against the budget at once,
+// so that two drains at once never take two replicas down that the budget
+// allows one of. A refusal (apierrors.IsTooManyRequests: the budget allows
+// none now) is returned, with the budget's reason (EvictionRefusal): try
+// again later.
+func EvictPodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) error {
+	return removePodsUsing(ctx, client, pvc, node, func(ctx context.Context, client kubernetes.Interface, pod *v1.Pod) error {
+		return evict(ctx, client, pod, false)
+	})
+}
+
+// CheckEviction asks the API server whether pod may be evicted now (a
+// dry-run eviction: nothing is changed, the budget is not counted): nil
+// when it may, or is gone or made anew (another UID).
+func CheckEviction(ctx context.Context, client kubernetes.Interface, pod *v1.Pod) error {
+	return evict(ctx, client, pod, true)
+}
+
+// evict evicts pod, if it is still the pod of that UID.
+func evict(ctx context.Context, client kubernetes.Interface, pod *v1.Pod, dryRun bool) error {
+	opts := &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	err := client.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: opts,
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("evicting it: %w", EvictionRefusal(err))
+	}
+	return nil
+}
+
+// EvictionRefusal says why the API server refused an eviction: its
+// message and the reasons it gives (the budget that refused, and how many
+// healthy pods it needs and has). It wraps err, so that
+// apierrors.IsTooManyRequests still tells a budget's refusal.
+func EvictionRefusal(err error) error {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return err
+	}
+	var causes []string
+	for _, c := range status.Status().Details.Causes {
+		if c.Message != "" {
+			causes = append(causes, c.Message)
+		}
+	}
+	if len(causes) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(causes, "; "))
 }
 
 // PodsUsing lists, from the API server, the pods on the nodes given that

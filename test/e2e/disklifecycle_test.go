@@ -11,10 +11,13 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/lifecycle"
@@ -184,6 +187,22 @@ func releasingClass(t *testing.T) string {
 	return sc.Name
 }
 
+// waitBudget waits until the disruption controller has computed the
+// status of PodDisruptionBudget name as it is now, allowing allowed
+// disruptions.
+func waitBudget(t *testing.T, name string, allowed int32) {
+	t.Helper()
+	var pdb *policyv1.PodDisruptionBudget
+	err := wait.PollUntilContextTimeout(ctxFor(t, time.Minute), 200*time.Millisecond, 50*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pdb, err = kube.PolicyV1().PodDisruptionBudgets("default").Get(ctx, name, metav1.GetOptions{})
+		return err == nil && pdb.Status.ObservedGeneration == pdb.Generation && pdb.Status.DisruptionsAllowed == allowed, nil
+	})
+	if err != nil {
+		t.Fatalf("PodDisruptionBudget %s does not allow %d disruptions: %v; last seen %+v", name, allowed, err, pdb)
+	}
+}
+
 // diskfitCLI runs the diskfit command against the suite's cluster.
 func diskfitCLI(args ...string) *exec.Cmd {
 	return exec.Command(filepath.Join(localBin, "diskfit"), append([]string{"--kubeconfig", kubeconfigFile}, args...)...)
@@ -194,6 +213,11 @@ func diskfitCLI(args ...string) *exec.Cmd {
 // releases the replica's claim (it asked for it through its class) and
 // waits until the replica runs again, on another disk. The old volume's PV
 // is kept with Retain. `diskfit uncordon` puts the disk back in service.
+//
+// The replica's PodDisruptionBudget has its say, through the API server's
+// evictions and the disruption controller: while it allows no disruption,
+// drain changes nothing of the replica (before, it deleted claim and pod
+// regardless); once it allows one, drain evicts the pod.
 func TestDrainMovesAReplicaOffADisk(t *testing.T) {
 	needLocal(t)
 	ctx := ctxFor(t, 6*time.Minute)
@@ -220,7 +244,41 @@ func TestDrainMovesAReplicaOffADisk(t *testing.T) {
 		_, _ = kube.CoreV1().PersistentVolumes().Patch(context.Background(), pvName, types.MergePatchType, patch, metav1.PatchOptions{})
 	})
 
-	out, err := diskfitCLI("drain", target, "--release", "--timeout", "3m", "--reason", "e2e").CombinedOutput()
+	budget := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "drained"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: ptr.To(intstr.FromInt32(1)),
+			Selector:     sts.Spec.Selector,
+		},
+	}
+	if _, err := kube.PolicyV1().PodDisruptionBudgets("default").Create(ctx, budget, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.PolicyV1().PodDisruptionBudgets("default").Delete(context.Background(), "drained", metav1.DeleteOptions{})
+	})
+	waitBudget(t, "drained", 0)
+	out, err := diskfitCLI("drain", target, "--release", "--timeout", "5s", "--reason", "e2e").CombinedOutput()
+	t.Logf("diskfit drain %s --release, the budget allowing no disruption:\n%s", target, out)
+	if err == nil || !strings.Contains(string(out), "The disruption budget drained needs 1 healthy pods and has 1 currently") {
+		t.Errorf("diskfit drain returned %v, want it to stop, saying that budget drained allows no disruption", err)
+	}
+	if pod, err := kube.CoreV1().Pods("default").Get(ctx, "drained-0", metav1.GetOptions{}); err != nil || pod.UID != first.UID || pod.DeletionTimestamp != nil {
+		t.Errorf("pod drained-0, which its budget protects: %v (err %v), want it untouched", pod, err)
+	}
+	if pvc, err := kube.CoreV1().PersistentVolumeClaims("default").Get(ctx, claimName, metav1.GetOptions{}); err != nil || pvc.UID != firstClaim.UID || pvc.DeletionTimestamp != nil {
+		t.Errorf("claim %s, whose pod its budget protects: %v (err %v), want it untouched", claimName, pvc, err)
+	}
+	if pv, err := kube.CoreV1().PersistentVolumes().Get(ctx, pvName, metav1.GetOptions{}); err != nil || pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimDelete {
+		t.Errorf("PV %s, whose pod its budget protects: %v (err %v), want reclaim policy Delete still", pvName, pv, err)
+	}
+	patch := []byte(`{"spec":{"minAvailable":null,"maxUnavailable":1}}`)
+	if _, err := kube.PolicyV1().PodDisruptionBudgets("default").Patch(ctx, "drained", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitBudget(t, "drained", 1)
+
+	out, err = diskfitCLI("drain", target, "--release", "--timeout", "3m", "--reason", "e2e").CombinedOutput()
 	t.Logf("diskfit drain %s --release:\n%s", target, out)
 	if err != nil {
 		t.Fatalf("diskfit drain: %v", err)

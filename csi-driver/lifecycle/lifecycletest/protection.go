@@ -1,5 +1,6 @@
-// Package lifecycletest makes a fake clientset delete claims the way a
-// real cluster does, for tests of code that releases claims.
+// Package lifecycletest makes a fake clientset delete claims, and evict
+// pods, the way a real cluster does, for tests of code that releases
+// claims.
 package lifecycletest
 
 import (
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -75,23 +77,77 @@ func ProtectClaimsFor(client *k8sfake.Clientset, hold time.Duration) {
 		}
 		return true, nil, tracker.Update(pvcs, pvc, pvc.Namespace)
 	})
-	client.PrependReactor("delete", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		del := a.(clienttesting.DeleteActionImpl)
-		obj, err := tracker.Get(pods, a.GetNamespace(), del.Name)
+	// deletePod deletes the pod of name, if it has the UID of the
+	// preconditions, as the API server does.
+	deletePod := func(namespace, name string, pre *metav1.Preconditions) error {
+		obj, err := tracker.Get(pods, namespace, name)
 		if err != nil {
-			return true, nil, err
+			return err
 		}
 		pod := obj.(*v1.Pod)
-		if p := del.DeleteOptions.Preconditions; p != nil && p.UID != nil && *p.UID != pod.UID {
-			return true, nil, apierrors.NewConflict(pods.GroupResource(), del.Name,
-				fmt.Errorf("precondition UID %s, object UID %s", *p.UID, pod.UID))
+		if pre != nil && pre.UID != nil && *pre.UID != pod.UID {
+			return apierrors.NewConflict(pods.GroupResource(), name,
+				fmt.Errorf("precondition UID %s, object UID %s", *pre.UID, pod.UID))
 		}
 		if err := tracker.Delete(pods, pod.Namespace, pod.Name); err != nil {
-			return true, nil, err
+			return err
 		}
 		// The pvc-protection controller lets claims being deleted go once
 		// no scheduled pod uses them.
-		return true, nil, letGo(pod.Namespace)
+		return letGo(pod.Namespace)
+	}
+	client.PrependReactor("delete", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		del := a.(clienttesting.DeleteActionImpl)
+		return true, nil, deletePod(a.GetNamespace(), del.Name, del.DeleteOptions.Preconditions)
+	})
+	// An eviction that no budget refuses (RefuseEvictions) deletes the
+	// pod; a dry-run one only checks that it is there with that UID.
+	client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction)
+		var pre *metav1.Preconditions
+		dryRun := false
+		if o := ev.DeleteOptions; o != nil {
+			pre, dryRun = o.Preconditions, len(o.DryRun) > 0
+		}
+		if dryRun {
+			obj, err := tracker.Get(pods, a.GetNamespace(), ev.Name)
+			if err == nil && pre != nil && pre.UID != nil && *pre.UID != obj.(*v1.Pod).UID {
+				err = apierrors.NewConflict(pods.GroupResource(), ev.Name, fmt.Errorf("precondition UID %s", *pre.UID))
+			}
+			return true, nil, err
+		}
+		return true, nil, deletePod(a.GetNamespace(), ev.Name, pre)
+	})
+}
+
+// RefuseEvictions makes client refuse to evict a pod while refuse
+// returns a reason for it, as the API server does for a pod whose
+// PodDisruptionBudget allows no disruption now: 429 TooManyRequests, the
+// reason as a cause. Other evictions go on to the reactors before
+// (ProtectClaims').
+func RefuseEvictions(client *k8sfake.Clientset, refuse func(pod *v1.Pod) string) {
+	tracker := client.Tracker()
+	client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction)
+		obj, err := tracker.Get(pods, a.GetNamespace(), ev.Name)
+		if err != nil {
+			return false, nil, nil
+		}
+		why := refuse(obj.(*v1.Pod))
+		if why == "" {
+			return false, nil, nil
+		}
+		err = apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		status := err.(*apierrors.StatusError)
+		status.ErrStatus.Details.Causes = append(status.ErrStatus.Details.Causes,
+			metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: why})
+		return true, nil, err
 	})
 }
 

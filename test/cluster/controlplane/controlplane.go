@@ -17,16 +17,19 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/scale"
 	"k8s.io/controller-manager/pkg/informerfactory"
 	"k8s.io/klog/v2"
 	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
+	"k8s.io/kubernetes/pkg/controller/disruption"
 	"k8s.io/kubernetes/pkg/controller/garbagecollector"
 	"k8s.io/kubernetes/pkg/controller/namespace"
 	"k8s.io/kubernetes/pkg/controller/statefulset"
@@ -37,7 +40,8 @@ import (
 )
 
 // ControlPlane is etcd, a real kube-apiserver and the controllers that PVC
-// binding, StatefulSets and owner references need, all in this process.
+// binding, StatefulSets, owner references and PodDisruptionBudgets need,
+// all in this process.
 type ControlPlane struct {
 	// Config is an administrator's client configuration.
 	Config *rest.Config
@@ -154,6 +158,17 @@ func (cp *ControlPlane) startControllers(ctx context.Context) error {
 	metadataInformers := metadatainformer.NewSharedInformerFactory(metadataClient, 0)
 	restMapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(client.Discovery()))
 	restMapper.Reset()
+	// Computes PodDisruptionBudgets' status, which the API server's
+	// evictions (diskfit drain) decide by.
+	scales, err := scale.NewForConfig(cp.Config, restMapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(client.Discovery()))
+	if err != nil {
+		return fmt.Errorf("scale client: %w", err)
+	}
+	disruptions := disruption.NewDisruptionController(klog.NewContext(ctx, logger.WithName("disruption-controller")),
+		factory.Core().V1().Pods(), factory.Policy().V1().PodDisruptionBudgets(),
+		factory.Core().V1().ReplicationControllers(), factory.Apps().V1().ReplicaSets(),
+		factory.Apps().V1().Deployments(), factory.Apps().V1().StatefulSets(),
+		client, restMapper, scales, client.Discovery())
 	started := make(chan struct{})
 	gc, err := garbagecollector.NewGarbageCollector(klog.NewContext(ctx, logger.WithName("garbage-collector")),
 		client, metadataClient, restMapper, garbagecollector.DefaultIgnoredResources(),
@@ -169,6 +184,7 @@ func (cp *ControlPlane) startControllers(ctx context.Context) error {
 		defer close(cp.done)
 		go pv.Run(ctx)
 		go sts.Run(ctx, 5)
+		go disruptions.Run(ctx, 2)
 		go pvcProtection.Run(ctx, 2)
 		go pvProtection.Run(ctx, 2)
 		go namespaces.Run(ctx, 2)

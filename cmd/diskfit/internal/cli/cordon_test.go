@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -55,6 +56,9 @@ func writes(c *Clients) []string {
 			var name string
 			switch a := a.(type) {
 			case clienttesting.CreateAction: // also every UpdateAction: same methods
+				if ev, ok := a.GetObject().(*policyv1.Eviction); ok && ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0 {
+					continue // a dry run writes nothing
+				}
 				name = a.GetObject().(metav1.Object).GetName()
 			case clienttesting.DeleteAction:
 				name = a.GetName()

@@ -44,14 +44,16 @@ func newDrainCommand(streams genericiooptions.IOStreams, d deps) *cobra.Command 
 			"StatefulSet and what their " + diskfit.OnDiskLossAnnotation + " annotation (on the claim " +
 			"or its StorageClass) asks for. With --release, each claim that asked to be released " +
 			"(" + diskfit.OnDiskLossAnnotation + "=" + diskfit.OnDiskLossRelease + ") is: its PV's reclaim " +
-			"policy becomes Retain, so the volume and its data stay on the disk, and the claim and " +
-			"its pods are deleted, so that the StatefulSet recreates both and the new volume lands " +
-			"on another disk. It goes one replica at a time: it waits until the replica's pod runs " +
-			"again with its new claim bound before the next, and stops when that takes longer than " +
-			"--timeout, so a workload never loses two replicas to a drain. A claim whose pod no " +
-			"StatefulSet owns is released without waiting. Other claims stay. --dry-run changes " +
-			"nothing and prints what would be done. It needs the right to update DiskNodes, patch " +
-			"PVs and delete claims and pods.",
+			"policy becomes Retain, so the volume and its data stay on the disk, the claim is " +
+			"deleted and its pods are evicted, so that the StatefulSet recreates both and the new " +
+			"volume lands on another disk. It goes one replica at a time: it waits until the other " +
+			"replicas are up and the pods' PodDisruptionBudget allows their eviction before it " +
+			"touches a replica, and until the replica's pod runs again with its new claim bound " +
+			"before the next, and stops when either takes longer than --timeout, so a workload " +
+			"never loses two replicas to a drain. A claim whose pod no StatefulSet owns is released " +
+			"without waiting. Other claims stay. --dry-run changes nothing and prints what would be " +
+			"done. It needs the right to update DiskNodes, patch PVs, delete claims and evict pods " +
+			"(create pods/eviction).",
 		Example: "  diskfit drain node-a/nvme0 --reason 'SMART errors'\n" +
 			"  diskfit drain node-a/nvme0 --release --dry-run\n" +
 			"  diskfit drain node-a --release --timeout 20m",
@@ -99,10 +101,10 @@ func (d drainClaim) podNames() string {
 	return strings.Join(names, ",")
 }
 
-// released says what releasing the claim deletes, "claim" and its pods
-// on the node, and which pods stay: those on no node yet, which their
-// StatefulSet gives a new claim.
-func (d drainClaim) released() (deleted, staying string) {
+// released says which pods releasing the claim evicts, those on the
+// node, joined by commas, and which pods stay: those on no node yet, which
+// their StatefulSet gives a new claim.
+func (d drainClaim) released() (evicted, staying string) {
 	var on, off []string
 	for _, p := range d.pods {
 		if p.Spec.NodeName == "" {
@@ -111,10 +113,6 @@ func (d drainClaim) released() (deleted, staying string) {
 			on = append(on, p.Name)
 		}
 	}
-	deleted = "claim"
-	if len(on) > 0 {
-		deleted += " and pod " + strings.Join(on, ",")
-	}
 	switch {
 	case len(off) == 0:
 	case d.statefulSet != "":
@@ -122,7 +120,7 @@ func (d drainClaim) released() (deleted, staying string) {
 	default:
 		staying = fmt.Sprintf(" Pod %s, on no node yet, stays, waiting for a claim of that name: no StatefulSet makes one.", strings.Join(off, ","))
 	}
-	return deleted, staying
+	return strings.Join(on, ","), staying
 }
 
 // drainReplica is the claims released together: those of one pod. Deleting
@@ -285,8 +283,11 @@ func (o *drainOptions) advise(out io.Writer, n int, anyRelease bool) {
 // describeRelease says what releaseReplica would do.
 func (o *drainOptions) describeRelease(out io.Writer, r drainReplica) {
 	for _, cl := range r.claims {
-		deleted, staying := cl.released()
-		fmt.Fprintf(out, "Would release claim %s: set PV %s to reclaim policy Retain, delete the %s.%s\n", cl.key(), cl.PV.Name, deleted, staying)
+		evicted, staying := cl.released()
+		if evicted != "" {
+			evicted = " and evict pod " + evicted
+		}
+		fmt.Fprintf(out, "Would release claim %s: set PV %s to reclaim policy Retain, delete the claim%s.%s\n", cl.key(), cl.PV.Name, evicted, staying)
 	}
 	if sts := r.claims[0].statefulSet; sts != "" {
 		fmt.Fprintf(out, "  Then wait up to %s for StatefulSet %s to run %s again with a new bound claim.\n", o.timeout, sts, r.name())
@@ -305,8 +306,20 @@ func (r drainReplica) noStatefulSet() string {
 
 // releaseReplica releases the replica's claims and waits for its
 // StatefulSet to run it again. It returns the claims it released.
+//
+// Its pods are evicted, not deleted, so that their PodDisruptionBudget
+// has its say: drain waits until the budget allows the eviction (a dry
+// run, which changes nothing) before it touches the replica, then makes
+// the PVs Retain, deletes the claims and evicts the pods. An eviction the
+// budget refuses in between (another drain, or kubectl drain, took the
+// disruption) is asked again up to the timeout: the pod keeps running on
+// its volume meanwhile, its claim being deleted, and a drain run again
+// finishes the release.
 func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Writer, r drainReplica) ([]drainClaim, error) {
 	if err := o.waitForTheOthers(ctx, c, out, r); err != nil {
+		return nil, err
+	}
+	if err := o.waitForTheBudget(ctx, c, out, r); err != nil {
 		return nil, err
 	}
 	var released []drainClaim
@@ -315,14 +328,22 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 		// released as it is now, if it still asks for it.
 		now, err := lifecycle.StillReleasedOnDiskLoss(ctx, c.Kube, cl.Claim)
 		if err == nil {
-			err = lifecycle.ReleaseKeepingData(ctx, c.Kube, now, cl.loc.Node)
+			err = lifecycle.DeleteClaimKeepingData(ctx, c.Kube, now)
 		}
 		if err != nil {
 			return released, fmt.Errorf("releasing claim %s: %w", cl.key(), err)
 		}
 		released = append(released, cl)
-		deleted, staying := cl.released()
-		fmt.Fprintf(out, "Released claim %s: PV %s kept (reclaim policy Retain), %s deleted.%s\n", cl.key(), cl.PV.Name, deleted, staying)
+	}
+	if err := o.evict(ctx, c, r); err != nil {
+		return released, err
+	}
+	for _, cl := range released {
+		evicted, staying := cl.released()
+		if evicted != "" {
+			evicted = ", pod " + evicted + " evicted"
+		}
+		fmt.Fprintf(out, "Released claim %s: PV %s kept (reclaim policy Retain), claim deleted%s.%s\n", cl.key(), cl.PV.Name, evicted, staying)
 	}
 	sts := r.claims[0].statefulSet
 	if sts == "" {
@@ -343,6 +364,90 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 	}
 	fmt.Fprintf(out, "  %s is running again.\n", r.name())
 	return released, nil
+}
+
+// waitForTheBudget waits, up to the timeout, until the API server would
+// evict every pod of r on its node now (lifecycle.CheckEviction): their
+// PodDisruptionBudget allows it. Nothing of r is changed before.
+func (o *drainOptions) waitForTheBudget(ctx context.Context, c *Clients, out io.Writer, r drainReplica) error {
+	refusal := func(ctx context.Context) error {
+		for _, p := range r.podsOnNode() {
+			if err := lifecycle.CheckEviction(ctx, c.Kube, &p); err != nil {
+				return fmt.Errorf("pod %s: %w", p.Name, err)
+			}
+		}
+		return nil
+	}
+	refused := refusal(ctx)
+	if refused == nil || !apierrors.IsTooManyRequests(refused) {
+		return notReleased(r, refused)
+	}
+	fmt.Fprintf(out, "  Waiting up to %s for the PodDisruptionBudget of %s to allow its eviction: %v...\n", o.timeout, r.name(), refused)
+	err := wait.PollUntilContextTimeout(ctx, o.poll, o.timeout, false, func(ctx context.Context) (bool, error) {
+		refused = refusal(ctx)
+		return refused == nil, ignoreTooManyRequests(refused)
+	})
+	if err != nil && refused != nil {
+		err = refused
+	}
+	return notReleased(r, err)
+}
+
+// notReleased says that r was left as it is, because of err.
+func notReleased(r drainReplica, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s not released, nothing of it changed: %w; run drain again once its PodDisruptionBudget allows a disruption", r.name(), err)
+}
+
+// evict evicts r's pods on its node, once its claims are deleted, asking
+// again while their PodDisruptionBudget refuses, up to the timeout.
+func (o *drainOptions) evict(ctx context.Context, c *Clients, r drainReplica) error {
+	var refused error
+	err := wait.PollUntilContextTimeout(ctx, o.poll, o.timeout, true, func(ctx context.Context) (bool, error) {
+		refused = nil
+		for _, cl := range r.claims {
+			if err := lifecycle.EvictPodsUsing(ctx, c.Kube, cl.PVC, cl.loc.Node); err != nil {
+				refused = err
+				return false, ignoreTooManyRequests(err)
+			}
+		}
+		return true, nil
+	})
+	if err == nil {
+		return nil
+	}
+	if refused != nil {
+		err = refused
+	}
+	var claims []string
+	for _, cl := range r.claims {
+		claims = append(claims, cl.key())
+	}
+	return fmt.Errorf("claim %s deleted, its PV kept (reclaim policy Retain), but %s was not evicted: %w; "+
+		"it keeps running on its volume until it is: run drain --release again to finish", strings.Join(claims, ", "), r.name(), err)
+}
+
+// ignoreTooManyRequests is err, or nil for a refusal to try again later.
+func ignoreTooManyRequests(err error) error {
+	if apierrors.IsTooManyRequests(err) {
+		return nil
+	}
+	return err
+}
+
+// podsOnNode is r's pods on their claims' node: those a release evicts.
+func (r drainReplica) podsOnNode() []v1.Pod {
+	var pods []v1.Pod
+	for _, cl := range r.claims {
+		for _, p := range cl.pods {
+			if p.Spec.NodeName != "" && !slices.ContainsFunc(pods, func(q v1.Pod) bool { return q.UID == p.UID }) {
+				pods = append(pods, p)
+			}
+		}
+	}
+	return pods
 }
 
 // waitForTheOthers waits, up to the timeout, until every other replica of

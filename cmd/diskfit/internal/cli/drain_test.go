@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -134,11 +135,11 @@ func TestDrainReleaseDryRun(t *testing.T) {
 	c := drainCluster()
 	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--dry-run", "--timeout", "5m")
 	want := "Would cordon disk node-a/nvme0 (dry run: nothing is changed).\n\nClaims on disk node-a/nvme0:\n" + drainClaimsTable + `
-Would release claim shop/data-web-0: set PV pv-w0 to reclaim policy Retain, delete the claim and pod web-0.
+Would release claim shop/data-web-0: set PV pv-w0 to reclaim policy Retain, delete the claim and evict pod web-0.
   Then wait up to 5m0s for StatefulSet web to run shop/web-0 again with a new bound claim.
-Would release claim shop/data-web-1: set PV pv-w1 to reclaim policy Retain, delete the claim and pod web-1.
+Would release claim shop/data-web-1: set PV pv-w1 to reclaim policy Retain, delete the claim and evict pod web-1.
   Then wait up to 5m0s for StatefulSet web to run shop/web-1 again with a new bound claim.
-Would release claim shop/tool-data: set PV pv-t to reclaim policy Retain, delete the claim and pod tool.
+Would release claim shop/tool-data: set PV pv-t to reclaim policy Retain, delete the claim and evict pod tool.
   No StatefulSet owns shop/tool: no wait.
 Staying (not opted in, diskfit.io/on-disk-loss is not release): shop/scratch
 `
@@ -237,13 +238,13 @@ func TestDrainRelease(t *testing.T) {
 	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release")
 	cancel()
 	want := "disk node-a/nvme0 cordoned: no new volume is placed on it; the volumes on it stay\n\nClaims on disk node-a/nvme0:\n" + drainClaimsTable + `
-Released claim shop/data-web-0: PV pv-w0 kept (reclaim policy Retain), claim and pod web-0 deleted.
+Released claim shop/data-web-0: PV pv-w0 kept (reclaim policy Retain), claim deleted, pod web-0 evicted.
   Waiting up to 10m0s for StatefulSet web to run shop/web-0 again with a new bound claim...
   shop/web-0 is running again.
-Released claim shop/data-web-1: PV pv-w1 kept (reclaim policy Retain), claim and pod web-1 deleted.
+Released claim shop/data-web-1: PV pv-w1 kept (reclaim policy Retain), claim deleted, pod web-1 evicted.
   Waiting up to 10m0s for StatefulSet web to run shop/web-1 again with a new bound claim...
   shop/web-1 is running again.
-Released claim shop/tool-data: PV pv-t kept (reclaim policy Retain), claim and pod tool deleted.
+Released claim shop/tool-data: PV pv-t kept (reclaim policy Retain), claim deleted, pod tool evicted.
   No StatefulSet owns shop/tool: not waiting.
 
 Kept with their data (reclaim policy Retain):
@@ -257,11 +258,11 @@ The disks stay cordoned; diskfit uncordon node-a/nvme0 puts them back into servi
 `
 	checkResult(t, out, err, want, "")
 	wantWrites := []string{
-		"patch persistentvolumes pv-w0", "delete persistentvolumeclaims data-web-0", "delete pods web-0",
+		"patch persistentvolumes pv-w0", "delete persistentvolumeclaims data-web-0", "create pods/eviction web-0",
 		"create persistentvolumeclaims data-web-0", "create pods web-0", "update pods/status web-0",
-		"patch persistentvolumes pv-w1", "delete persistentvolumeclaims data-web-1", "delete pods web-1",
+		"patch persistentvolumes pv-w1", "delete persistentvolumeclaims data-web-1", "create pods/eviction web-1",
 		"create persistentvolumeclaims data-web-1", "create pods web-1", "update pods/status web-1",
-		"patch persistentvolumes pv-t", "delete persistentvolumeclaims tool-data", "delete pods tool",
+		"patch persistentvolumes pv-t", "delete persistentvolumeclaims tool-data", "create pods/eviction tool",
 		"update disknodes node-a",
 	}
 	if diff := cmp.Diff(wantWrites, writes(c)); diff != "" {
@@ -311,11 +312,11 @@ func testDrainWaitsForAReplicaNotOnTheNode(t *testing.T, hold time.Duration) {
 		t.Fatalf("drain: %v\n%s", err, out)
 	}
 	w := writes(c)
-	back, down := slices.Index(w, "update pods/status web-0"), slices.Index(w, "delete pods web-1")
+	back, down := slices.Index(w, "update pods/status web-0"), slices.Index(w, "create pods/eviction web-1")
 	if down < 0 || back < 0 || down < back {
 		t.Errorf("web-1 was taken down before web-0 ran again: writes %q", w)
 	}
-	if slices.Contains(w, "delete pods web-0") {
+	if slices.Contains(w, "create pods/eviction web-0") {
 		t.Errorf("drain deleted pod web-0, Pending on no node, which it says stays: writes %q", w)
 	}
 	if !strings.Contains(out, "Released claim shop/data-web-0: PV pv-w0 kept (reclaim policy Retain), claim deleted. "+
@@ -448,8 +449,8 @@ func TestDrainFinishesAReleaseLeftHalfDone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("drain: %v\n%s", err, out)
 	}
-	if w := writes(c); !slices.Contains(w, "delete pods web-0") {
-		t.Errorf("drain did not finish the release of claim data-web-0: pod web-0 not deleted; writes %q\n%s", w, out)
+	if w := writes(c); !slices.Contains(w, "create pods/eviction web-0") {
+		t.Errorf("drain did not finish the release of claim data-web-0: pod web-0 not evicted; writes %q\n%s", w, out)
 	}
 	if got := reclaimPolicy(t, c, "pv-w0"); got != corev1.PersistentVolumeReclaimRetain {
 		t.Errorf("PV pv-w0 has reclaim policy %q, want Retain", got)
@@ -528,8 +529,9 @@ func TestDrainReleasesOnlyWhatStillAsksForIt(t *testing.T) {
 	defer cancel()
 	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
 	kube := c.Kube.(*kubefake.Clientset)
-	kube.PrependReactor("delete", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.(clienttesting.DeleteAction).GetName() != "web-0" {
+	kube.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		ev, ok := a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction)
+		if !ok || ev.Name != "web-0" || len(ev.DeleteOptions.DryRun) > 0 {
 			return false, nil, nil
 		}
 		gvr := corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
@@ -582,5 +584,78 @@ func TestDrainErrors(t *testing.T) {
 		if w := writes(c); len(w) != 0 {
 			t.Errorf("%v wrote %v", tc.args, w)
 		}
+	}
+}
+
+// TestDrainKeepsWhatAPodDisruptionBudgetProtects: the PodDisruptionBudget
+// of StatefulSet web allows no disruption now (two replicas needed, two
+// healthy). drain --release waits for it up to --timeout and then releases
+// nothing: no PV, claim or pod of web-0 touched, and it says which budget
+// refused. Before, it deleted the claim and the pod regardless.
+func TestDrainKeepsWhatAPodDisruptionBudgetProtects(t *testing.T) {
+	c := drainCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
+	lifecycletest.RefuseEvictions(c.Kube.(*kubefake.Clientset), func(p *corev1.Pod) string {
+		if strings.HasPrefix(p.Name, "web-") {
+			return "The disruption budget web needs 2 healthy pods and has 2 currently"
+		}
+		return ""
+	})
+
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--timeout", "50ms")
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "shop/web-0 not released") ||
+		!strings.Contains(err.Error(), "The disruption budget web needs 2 healthy pods and has 2 currently") {
+		t.Errorf("drain returned %v, want an error saying the budget of web keeps shop/web-0\n%s", err, out)
+	}
+	if w := writes(c); !slices.Equal(w, []string{"update disknodes node-a"}) {
+		t.Errorf("drain wrote %q, want only the cordon: the budget allows no disruption", w)
+	}
+	if got := reclaimPolicy(t, c, "pv-w0"); got == corev1.PersistentVolumeReclaimRetain {
+		t.Error("PV pv-w0 was set to Retain")
+	}
+}
+
+// TestDrainEvictsThroughThePodDisruptionBudget: the budget allowed web-0's
+// eviction when drain asked (a dry run) but another drain took the
+// disruption before drain's own eviction: drain keeps asking, up to
+// --timeout, and evicts web-0 once the budget allows it again, never
+// deleting a pod the budget protects.
+func TestDrainEvictsThroughThePodDisruptionBudget(t *testing.T) {
+	c := drainCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
+	asked := 0
+	lifecycletest.RefuseEvictions(c.Kube.(*kubefake.Clientset), func(p *corev1.Pod) string {
+		if p.Name != "web-0" {
+			return ""
+		}
+		// The dry run, then two refusals, then the budget allows it.
+		if asked++; asked == 2 || asked == 3 {
+			return "The disruption budget web needs 2 healthy pods and has 1 currently"
+		}
+		return ""
+	})
+
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--timeout", "5s")
+	cancel()
+	if err != nil {
+		t.Fatalf("drain: %v\n%s", err, out)
+	}
+	w := writes(c)
+	if slices.ContainsFunc(w, func(s string) bool { return strings.HasPrefix(s, "delete pods") }) {
+		t.Errorf("drain deleted a pod rather than evicting it: writes %q", w)
+	}
+	if i := slices.Index(w, "create pods/eviction web-0"); i < 0 || i < slices.Index(w, "delete persistentvolumeclaims data-web-0") {
+		t.Errorf("web-0 not evicted after its claim was deleted: writes %q", w)
+	}
+	if asked < 4 {
+		t.Errorf("web-0's eviction asked %d times, want the dry run, two refusals and the eviction", asked)
+	}
+	if !strings.Contains(out, "shop/web-0 is running again.") {
+		t.Errorf("drain did not wait for web-0:\n%s", out)
 	}
 }
