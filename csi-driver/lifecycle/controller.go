@@ -59,9 +59,11 @@ const (
 	DefaultInterval         = 30 * time.Second
 )
 
-// DefaultMaxNodesWithFailedDisks is the default of
-// Options.MaxNodesWithFailedDisks.
-var DefaultMaxNodesWithFailedDisks = intstr.FromString("10%")
+// Defaults of Options.MaxNodesWithFailedDisks and Options.MaxLostNodes.
+var (
+	DefaultMaxNodesWithFailedDisks = intstr.FromString("10%")
+	DefaultMaxLostNodes            = intstr.FromString("10%")
+)
 
 // Event reasons, on claims, their pods and PVs.
 const (
@@ -93,6 +95,13 @@ type Options struct {
 	// the nodes likely share the cause (a node config or driver rolled out
 	// to them), and nothing is released.
 	MaxNodesWithFailedDisks intstr.IntOrString
+	// MaxLostNodes is how many nodes (a number, or a percentage of the
+	// nodes with a DiskNode, rounded down; at least one) may be gone at
+	// once for their claims to be released: beyond it one cause likely
+	// deleted their Node objects (a cloud controller that cannot see its
+	// instances, a script run against the wrong cluster) while the
+	// machines and their data may be fine, and nothing is released.
+	MaxLostNodes intstr.IntOrString
 	// Clock is the time source; nil means the real clock.
 	Clock clock.WithTicker
 }
@@ -104,6 +113,9 @@ func (o Options) Validate() error {
 	}
 	if _, err := intstr.GetScaledValueFromIntOrPercent(&o.MaxNodesWithFailedDisks, 100, false); err != nil {
 		return fmt.Errorf("--max-nodes-with-failed-disks: %w", err)
+	}
+	if _, err := intstr.GetScaledValueFromIntOrPercent(&o.MaxLostNodes, 100, false); err != nil {
+		return fmt.Errorf("--max-lost-nodes: %w", err)
 	}
 	return nil
 }
@@ -128,6 +140,9 @@ type Controller struct {
 	// nodeGoneSince is when the API server first said gone (disknodes.go)
 	// a node with claims to release.
 	nodeGoneSince map[string]time.Time
+	// lost holds the nodes the caches say are gone (seemsGone), with
+	// claims or not, for MaxLostNodes.
+	lost map[string]*loss
 	// diskNodeGoneSince is when a pass first saw a DiskNode with an empty
 	// spec whose node seems gone (disknodes.go).
 	diskNodeGoneSince map[string]time.Time
@@ -139,8 +154,20 @@ type Controller struct {
 	// reports holds, per node, the last DiskNode report seen and when,
 	// by this controller's clock (reports.go).
 	reports map[string]report
-	// holding is why releases are held, empty when they are not.
-	holding string
+	// holding is why releases of failed disks' claims are held, empty
+	// when they are not; holdingNodes the same for lost nodes.
+	holding, holdingNodes string
+}
+
+// loss is one node that seems gone.
+type loss struct {
+	since time.Time
+	// toldHeld is true once its claims were told their release is held.
+	toldHeld bool
+	// settled is true once a pass past the grace time, releases not
+	// held, found no claim of the node left to release: from then on it
+	// no longer counts towards MaxLostNodes.
+	settled bool
 }
 
 // failure is one unhealthy disk.
@@ -183,6 +210,7 @@ func New(client kubernetes.Interface, df versioned.Interface, factory informers.
 		diskNodes:         dfFactory.Diskfit().V1alpha1().DiskNodes().Lister(),
 		changed:           make(chan struct{}, 1),
 		nodeGoneSince:     map[string]time.Time{},
+		lost:              map[string]*loss{},
 		diskNodeGoneSince: map[string]time.Time{},
 		failing:           map[diskfit.Location]*failure{},
 		notFailing:        map[diskfit.Location]*notFailing{},
@@ -291,9 +319,12 @@ func (c *Controller) claimsByDisk() (map[diskfit.Location][]Claim, error) {
 
 // releaseLostNodes releases the opted-in claims of nodes the API server
 // has said for NodeLossGrace are gone (disknodes.go): their Node deleted,
-// and their driver not reporting.
+// and their driver not reporting. Nothing is released while more nodes
+// than MaxLostNodes seem gone at once (tooManyNodesLost).
 func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Location][]Claim) {
 	logger := klog.FromContext(ctx)
+	held := c.tooManyNodesLost(ctx, claims)
+	noteHold(logger, &c.holdingNodes, held, "lost node")
 	lost := map[string][]Claim{}
 	for loc, list := range claims {
 		if !c.seemsGone(loc.Node) {
@@ -313,6 +344,11 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 		}
 	}
 	now := c.opts.Clock.Now()
+	for name, l := range c.lost {
+		if _, ok := lost[name]; !ok && held == "" && now.Sub(l.since) >= c.opts.NodeLossGrace {
+			l.settled = true
+		}
+	}
 	for name, list := range lost {
 		gone, err := c.gone(ctx, name)
 		switch {
@@ -338,6 +374,10 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 		if now.Sub(since) < c.opts.NodeLossGrace {
 			continue
 		}
+		if held != "" {
+			c.tellNodeHeld(name, since, list, held)
+			continue
+		}
 		for _, cl := range list {
 			if err := ReleaseWithNode(ctx, c.client, cl); err != nil {
 				if errors.Is(err, ErrClaimChanged) {
@@ -353,6 +393,64 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 				"Released: node %s has been gone since %s; the claim and its PV are deleted so the workload can recreate it on a live node",
 				name, since.UTC().Format(time.RFC3339))
 		}
+	}
+}
+
+// tooManyNodesLost follows the nodes the caches say are gone (those of a
+// DiskNode or a claim's volume) and says why releases are held, if more
+// of them are gone at once than MaxLostNodes of the nodes with a DiskNode
+// allows. Every lost node counts, with claims to release or not (a Node
+// deletion gone wrong takes nodes without claims too), until it is
+// settled (releaseLostNodes).
+func (c *Controller) tooManyNodesLost(ctx context.Context, claims map[diskfit.Location][]Claim) string {
+	dns, err := c.diskNodes.List(labels.Everything())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing DiskNodes")
+		return "the DiskNodes cannot be listed"
+	}
+	names := sets.New[string]()
+	for _, dn := range dns {
+		names.Insert(dn.Name)
+	}
+	for loc := range claims {
+		names.Insert(loc.Node)
+	}
+	now := c.opts.Clock.Now()
+	for name := range names {
+		if !c.seemsGone(name) {
+			continue
+		}
+		if c.lost[name] == nil {
+			c.lost[name] = &loss{since: now}
+		}
+	}
+	lost := sets.New[string]()
+	for name, l := range c.lost {
+		switch {
+		case !names.Has(name) || !c.seemsGone(name):
+			delete(c.lost, name)
+		case !l.settled:
+			lost.Insert(name)
+		}
+	}
+	return tooMany(lost, c.opts.MaxLostNodes, len(dns), "--max-lost-nodes",
+		"nodes are gone at once, their Node deleted and their driver silent",
+		"one cause deleting their Node objects (a cloud controller that cannot see its instances, a script) is likelier than so many lost machines")
+}
+
+// tellNodeHeld puts a Warning event on each opted-in claim of a lost
+// node, once per loss, saying that its release is held and why.
+func (c *Controller) tellNodeHeld(name string, since time.Time, claims []Claim, why string) {
+	l := c.lost[name]
+	if l == nil || l.toldHeld {
+		return
+	}
+	l.toldHeld = true
+	for _, cl := range claims {
+		c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseHeld, "Release",
+			"Not released although node %s, which holds this claim's volume, has been gone since %s: %s. Once few enough nodes are gone it is released; "+
+				"if the machines are lost, raise diskfit-controller's --max-lost-nodes to release it now",
+			name, since.UTC().Format(time.RFC3339), why)
 	}
 }
 
@@ -424,14 +522,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 		}
 	}
 	held := c.tooManyNodesFailing(len(dns))
-	if held != c.holding {
-		if held != "" {
-			logger.Info("Releasing no claim of a failed disk", "reason", held)
-		} else {
-			logger.Info("Releasing claims of failed disks again")
-		}
-		c.holding = held
-	}
+	noteHold(logger, &c.holding, held, "failed disk")
 	for loc, f := range c.failing {
 		if now.Sub(f.since) < c.opts.DiskFailureGrace {
 			continue
@@ -490,15 +581,36 @@ func (c *Controller) tooManyNodesFailing(diskNodes int) string {
 			nodes.Insert(loc.Node)
 		}
 	}
-	limit, _ := intstr.GetScaledValueFromIntOrPercent(&c.opts.MaxNodesWithFailedDisks, diskNodes, false) // Validate checked it
-	limit = max(limit, 1)
-	if nodes.Len() <= limit {
+	return tooMany(nodes, c.opts.MaxNodesWithFailedDisks, diskNodes, "--max-nodes-with-failed-disks",
+		"nodes have failed disks at once",
+		"a cause the nodes share (a node config or driver rolled out to them) is likelier than so many failed disks")
+}
+
+// noteHold logs when the releases of what's claims start or stop being
+// held, and keeps why they are (held, empty when not) in was.
+func noteHold(logger klog.Logger, was *string, held, what string) {
+	if held == *was {
+		return
+	}
+	if held != "" {
+		logger.Info("Releasing no claim of a "+what, "reason", held)
+	} else {
+		logger.Info("Releasing claims of " + what + "s again")
+	}
+	*was = held
+}
+
+// tooMany says why releases are held when nodes are more than limit (of
+// diskNodes nodes, at least one) allows: what they are, the flag that
+// sets the limit and the likelier cause. Empty when they are not.
+func tooMany(nodes sets.Set[string], limit intstr.IntOrString, diskNodes int, flag, what, cause string) string {
+	n, _ := intstr.GetScaledValueFromIntOrPercent(&limit, diskNodes, false) // Validate checked it
+	n = max(n, 1)
+	if nodes.Len() <= n {
 		return ""
 	}
-	return fmt.Sprintf("disks fail on %d nodes at once (%s), more than %d (--max-nodes-with-failed-disks %s of %d nodes): "+
-		"a cause the nodes share (a node config or driver rolled out to them) is likelier than so many failed disks, "+
-		"and releasing would recreate every replica of a workload at once",
-		nodes.Len(), strings.Join(sets.List(nodes), ", "), limit, c.opts.MaxNodesWithFailedDisks.String(), diskNodes)
+	return fmt.Sprintf("%d %s (%s), more than %d (%s %s of %d nodes): %s, and releasing would recreate every replica of a workload at once",
+		nodes.Len(), what, strings.Join(sets.List(nodes), ", "), n, flag, limit.String(), diskNodes, cause)
 }
 
 // tellHeld puts a Warning event on each opted-in claim of a failed disk,

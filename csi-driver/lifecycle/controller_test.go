@@ -517,17 +517,7 @@ func TestDisksFailingOnManyNodesReleaseNothing(t *testing.T) {
 // or every replica is recreated empty at once. Once failures are back on
 // few enough nodes, the disks' claims are released.
 func TestDisksFailingOnManyNodesWithoutClaimsReleaseNothing(t *testing.T) {
-	var objs []runtime.Object
-	var dns []*v1alpha1.DiskNode
-	for i := 1; i <= 30; i++ {
-		n := "n" + strconv.Itoa(i)
-		objs = append(objs, node(n))
-		dns = append(dns, diskNode(n, "d0"))
-	}
-	replicas := []string{"web-0", "web-1", "web-2"}
-	for i, name := range replicas {
-		objs = append(objs, claim(name, plainClass, "n"+strconv.Itoa(i+1), "d0", releaseAnnotation)...)
-	}
+	objs, dns, replicas := thirtyNodes(releaseAnnotation)
 	objs = append(objs, claim("kept-on-n4", plainClass, "n4", "d0", nil)...)
 	e := newEnv(t, objs, dns...)
 	e.c.opts.MaxNodesWithFailedDisks = DefaultMaxNodesWithFailedDisks
@@ -771,4 +761,20 @@ func TestOwnerWhoOptedOutKeepsTheClaim(t *testing.T) {
 	if !e.pvcExists("a") || !e.podExists("web-0") {
 		t.Error("a claim whose owner opted out was released")
 	}
+}
+
+// thirtyNodes is 30 Nodes n1 to n30 with a DiskNode each, disk d0, and
+// the claims of a 3-replica StatefulSet, web-0 to web-2, with annotations,
+// on n1 to n3.
+func thirtyNodes(annotations map[string]string) (objs []runtime.Object, dns []*v1alpha1.DiskNode, replicas []string) {
+	for i := 1; i <= 30; i++ {
+		n := "n" + strconv.Itoa(i)
+		objs = append(objs, node(n))
+		dns = append(dns, diskNode(n, "d0"))
+	}
+	replicas = []string{"web-0", "web-1", "web-2"}
+	for i, name := range replicas {
+		objs = append(objs, claim(name, plainClass, "n"+strconv.Itoa(i+1), "d0", annotations)...)
+	}
+	return objs, dns, replicas
 }

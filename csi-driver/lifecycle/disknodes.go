@@ -49,6 +49,11 @@ func (c *Controller) tidyDiskNodes(ctx context.Context) {
 		if !reflect.DeepEqual(dn.Spec, v1alpha1.DiskNodeSpec{}) {
 			continue
 		}
+		// Many nodes gone at once (tooManyNodesLost): their DiskNodes are
+		// what counts them, and stay.
+		if c.holdingNodes != "" {
+			continue
+		}
 		gone[dn.Name] = true
 		since, ok := c.diskNodeGoneSince[dn.Name]
 		if !ok {

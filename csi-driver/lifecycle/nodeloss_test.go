@@ -2,12 +2,14 @@ package lifecycle
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clienttesting "k8s.io/client-go/testing"
@@ -171,5 +173,70 @@ func TestDeletedNodeWhoseDriverReportsKeepsItsClaims(t *testing.T) {
 	e.step(time.Second)
 	if e.pvcExists("lost") {
 		t.Error("claim of a deleted Node kept a grace time after its driver stopped reporting")
+	}
+}
+
+// TestNodesLostAtOnceReleaseNothing: the Node objects of all 30 nodes are
+// deleted at once (a cloud controller that cannot see its instances, a
+// script run against the wrong cluster) and their pods with them, so
+// their drivers stop reporting. A 3-replica StatefulSet opted in has its
+// claims on 3 of them, within the limit (10% of 30). The other 27 nodes,
+// without claims, show the cause is shared all the same: a grace time
+// later nothing is released (every replica recreated empty at once) and no
+// DiskNode is deleted; the claims are told why. Once the Nodes are back
+// but one, that one's claim is released as for any lost node.
+func TestNodesLostAtOnceReleaseNothing(t *testing.T) {
+	objs, dns, replicas := thirtyNodes(nodeDeletionAnnotation)
+	e := newEnv(t, objs, dns...)
+	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
+	e.c.Pass(e.ctx)
+	for _, dn := range dns {
+		if err := e.client.CoreV1().Nodes().Delete(e.ctx, dn.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.silent[dn.Name] = true
+	}
+	nodesInCache := func(want int) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(e.ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+			list, err := e.c.nodes.List(labels.Everything())
+			return err == nil && len(list) == want, nil
+		}); err != nil {
+			t.Fatal("the Node cache never caught up")
+		}
+	}
+	nodesInCache(0)
+	e.step(statusAge + time.Second) // the last reports are old now
+	for range 3 {
+		e.step(nodeGrace)
+	}
+	for _, name := range replicas {
+		if !e.pvcExists(name) || e.pv("pv-"+name) == nil {
+			t.Errorf("claim %s or its PV deleted while all 30 Nodes were deleted at once, its replicas on 3 of them", name)
+		}
+		if got := e.rec.of(name); !slices.ContainsFunc(got, func(ev string) bool { return strings.Contains(ev, ReasonReleaseHeld) }) {
+			t.Errorf("events of %s = %q, want one %s", name, got, ReasonReleaseHeld)
+		}
+	}
+	if list, err := e.df.DiskfitV1alpha1().DiskNodes().List(e.ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 30 {
+		t.Errorf("DiskNodes left: %d (err %v), want all 30 kept while their Nodes are gone at once", len(list.Items), err)
+	}
+
+	for _, dn := range dns[1:] {
+		if _, err := e.client.CoreV1().Nodes().Create(e.ctx, node(dn.Name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.silent[dn.Name] = false
+	}
+	nodesInCache(29)
+	e.step(0)
+	e.step(nodeGrace)
+	if e.pvcExists("web-0") {
+		t.Error("claim web-0 kept a grace time after only its node was still gone")
+	}
+	for _, name := range []string{"web-1", "web-2"} {
+		if !e.pvcExists(name) {
+			t.Errorf("claim %s of a node that came back released", name)
+		}
 	}
 }
