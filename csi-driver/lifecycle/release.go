@@ -68,12 +68,12 @@ func StillReleasedOnDiskLoss(ctx context.Context, client kubernetes.Interface, c
 // Its pods are deleted, not evicted: the disk failed, so the replica is
 // down already, and a PodDisruptionBudget that counts it would refuse for
 // ever. An admin's drain, of a disk that works, evicts them instead
-// (EvictPodsUsing).
+// (EvictPod).
 func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Claim, node string) error {
 	if err := DeleteClaimKeepingData(ctx, client, c); err != nil {
 		return err
 	}
-	return removePodsUsing(ctx, client, c.PVC, node, deletePod)
+	return deletePodsUsing(ctx, client, c.PVC, node)
 }
 
 // DeleteClaimKeepingData makes c's PV Retain and then deletes c's claim.
@@ -286,52 +286,51 @@ func deleteClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.Persi
 	return fmt.Errorf("deleting PVC %s/%s: %w", pvc.Namespace, pvc.Name, err)
 }
 
-// removePodsUsing removes, with remove, the pods on node, and only
-// those, that mount the claim deleted for pvc (PodsUsing). A claim in use
-// by a scheduled pod is not removed (PVC protection) and the pod could
-// never start again on its lost volume.
-// The pods are listed first and removed only if the claim still has
-// pvc's UID after that: every pod listed was made while the name meant
-// this claim. A claim made anew under the name keeps its pods.
-func removePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string, remove func(context.Context, kubernetes.Interface, *v1.Pod) error) error {
+// PodsOfReleasedClaim returns the pods on node, and only those, that
+// mount the claim deleted for pvc (PodsUsing): those a release removes. A
+// claim in use by a scheduled pod is not removed (PVC protection) and the
+// pod could never start again on its lost volume.
+// The pods are listed first and returned only if the claim still has
+// pvc's UID after that, being deleted: every pod listed was made while the
+// name meant this claim. A claim made anew under the name keeps its pods.
+func PodsOfReleasedClaim(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) ([]v1.Pod, error) {
 	pods, err := PodsUsing(ctx, client, pvc, node)
+	if err != nil {
+		return nil, err
+	}
+	if ours, err := released(ctx, client, pvc); err != nil || !ours {
+		return nil, err
+	}
+	return pods, nil
+}
+
+// deletePodsUsing deletes the pods of the claim deleted for pvc
+// (PodsOfReleasedClaim), each if it is still the pod of its UID.
+func deletePodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) error {
+	pods, err := PodsOfReleasedClaim(ctx, client, pvc, node)
 	if err != nil {
 		return err
 	}
-	if ours, err := released(ctx, client, pvc); err != nil || !ours {
-		return err
-	}
 	for _, pod := range pods {
-		if err := remove(ctx, client, &pod); err != nil {
-			return fmt.Errorf("pod %s/%s, which uses PVC %s: %w", pod.Namespace, pod.Name, pvc.Name, err)
+		err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting pod %s/%s, which uses PVC %s: %w", pod.Namespace, pod.Name, pvc.Name, err)
 		}
 	}
 	return nil
 }
 
-// deletePod deletes pod, if it is still the pod of that UID.
-func deletePod(ctx context.Context, client kubernetes.Interface, pod *v1.Pod) error {
-	err := client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &pod.UID},
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("deleting it: %w", err)
-	}
-	return nil
-}
-
-// EvictPodsUsing evicts, through the Eviction API, the pods on node that
-// mount the claim deleted for pvc, the same pods ReleaseKeepingData
-// deletes. The API server evicts a pod only while its PodDisruptionBudget
-// allows a disruption, and counts the eviction against the budget at once,
-// so that two drains at once never take two replicas down that the budget
-// allows one of. A refusal (apierrors.IsTooManyRequests: the budget allows
-// none now) is returned, with the budget's reason (EvictionRefusal): try
-// again later.
-func EvictPodsUsing(ctx context.Context, client kubernetes.Interface, pvc *v1.PersistentVolumeClaim, node string) error {
-	return removePodsUsing(ctx, client, pvc, node, func(ctx context.Context, client kubernetes.Interface, pod *v1.Pod) error {
-		return evict(ctx, client, pod, false)
-	})
+// EvictPod evicts pod through the Eviction API, if it is still the pod of
+// that UID (gone, or made anew, is no error). The API server evicts a pod
+// only while its PodDisruptionBudget allows a disruption, and counts the
+// eviction against the budget at once, so that two drains at once never
+// take down two replicas that the budget allows one of. A refusal
+// (apierrors.IsTooManyRequests: the budget allows none now) is returned
+// with the budget's reason (EvictionRefusal): try again later.
+func EvictPod(ctx context.Context, client kubernetes.Interface, pod *v1.Pod) error {
+	return evict(ctx, client, pod, false)
 }
 
 // CheckEviction asks the API server whether pod may be evicted now (a
@@ -352,7 +351,7 @@ func evict(ctx context.Context, client kubernetes.Interface, pod *v1.Pod, dryRun
 		DeleteOptions: opts,
 	})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("evicting it: %w", EvictionRefusal(err))
+		return fmt.Errorf("evicting pod %s: %w", pod.Name, EvictionRefusal(err))
 	}
 	return nil
 }

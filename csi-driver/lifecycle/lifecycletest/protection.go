@@ -126,9 +126,10 @@ func ProtectClaimsFor(client *k8sfake.Clientset, hold time.Duration) {
 // RefuseEvictions makes client refuse to evict a pod while refuse
 // returns a reason for it, as the API server does for a pod whose
 // PodDisruptionBudget allows no disruption now: 429 TooManyRequests, the
-// reason as a cause. Other evictions go on to the reactors before
-// (ProtectClaims').
-func RefuseEvictions(client *k8sfake.Clientset, refuse func(pod *v1.Pod) string) {
+// reason as a cause. dryRun says whether the eviction is a dry run (which
+// the API server checks against the budget but does not count). Other
+// evictions go on to the reactors before (ProtectClaims').
+func RefuseEvictions(client *k8sfake.Clientset, refuse func(pod *v1.Pod, dryRun bool) string) {
 	tracker := client.Tracker()
 	client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "eviction" {
@@ -139,7 +140,7 @@ func RefuseEvictions(client *k8sfake.Clientset, refuse func(pod *v1.Pod) string)
 		if err != nil {
 			return false, nil, nil
 		}
-		why := refuse(obj.(*v1.Pod))
+		why := refuse(obj.(*v1.Pod), ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0)
 		if why == "" {
 			return false, nil, nil
 		}

@@ -93,13 +93,7 @@ type drainClaim struct {
 }
 
 // podNames is the names of the claim's pods, joined by commas.
-func (d drainClaim) podNames() string {
-	names := make([]string, len(d.pods))
-	for i, p := range d.pods {
-		names[i] = p.Name
-	}
-	return strings.Join(names, ",")
-}
+func (d drainClaim) podNames() string { return podNames(d.pods) }
 
 // released says which pods releasing the claim evicts, those on the
 // node, joined by commas, and which pods stay: those on no node yet, which
@@ -271,7 +265,7 @@ func (o *drainOptions) advise(out io.Writer, n int, anyRelease bool) {
 	fmt.Fprintf(out, "\n%d claim(s) stay on %s; no new volume is placed there.\n", n, t)
 	fmt.Fprintln(out, "To move them off:")
 	if anyRelease {
-		fmt.Fprintf(out, "  - diskfit drain %s --release releases those marked %s: each claim and its pod are deleted, one replica\n"+
+		fmt.Fprintf(out, "  - diskfit drain %s --release releases those marked %s: each claim is deleted and its pod evicted, one replica\n"+
 			"    at a time, so that its StatefulSet recreates them on another disk; the old PV is kept (reclaim policy Retain).\n",
 			t.arg(), diskfit.OnDiskLossRelease)
 	}
@@ -331,7 +325,11 @@ func (o *drainOptions) releaseReplica(ctx context.Context, c *Clients, out io.Wr
 			err = lifecycle.DeleteClaimKeepingData(ctx, c.Kube, now)
 		}
 		if err != nil {
-			return released, fmt.Errorf("releasing claim %s: %w", cl.key(), err)
+			err = fmt.Errorf("releasing claim %s: %w", cl.key(), err)
+			if len(released) > 0 {
+				err = fmt.Errorf("%w; claim %s deleted already, its pods running on: run drain --release again to finish", err, claimKeys(released))
+			}
+			return released, err
 		}
 		released = append(released, cl)
 	}
@@ -373,7 +371,7 @@ func (o *drainOptions) waitForTheBudget(ctx context.Context, c *Clients, out io.
 	refusal := func(ctx context.Context) error {
 		for _, p := range r.podsOnNode() {
 			if err := lifecycle.CheckEviction(ctx, c.Kube, &p); err != nil {
-				return fmt.Errorf("pod %s: %w", p.Name, err)
+				return err
 			}
 		}
 		return nil
@@ -387,46 +385,114 @@ func (o *drainOptions) waitForTheBudget(ctx context.Context, c *Clients, out io.
 		refused = refusal(ctx)
 		return refused == nil, ignoreTooManyRequests(refused)
 	})
-	if err != nil && refused != nil {
+	if err != nil && ctx.Err() == nil && refused != nil {
 		err = refused
 	}
 	return notReleased(r, err)
 }
 
-// notReleased says that r was left as it is, because of err.
+// notReleased says that r was not released, because of err, and in what
+// state it is left: as it was, or with its claims being deleted by a
+// release begun before (the pods still run on their volumes).
 func notReleased(r drainReplica, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%s not released, nothing of it changed: %w; run drain again once its PodDisruptionBudget allows a disruption", r.name(), err)
+	var begun []drainClaim
+	for _, cl := range r.claims {
+		if cl.PVC.DeletionTimestamp != nil {
+			begun = append(begun, cl)
+		}
+	}
+	state := "nothing of it changed"
+	if len(begun) > 0 {
+		state = fmt.Sprintf("claim %s being deleted since a release begun before, its pods running on", claimKeys(begun))
+	}
+	advice := "run drain again"
+	if apierrors.IsTooManyRequests(err) {
+		advice += " once its PodDisruptionBudget allows a disruption"
+	}
+	return fmt.Errorf("%s not released (%s): %w; %s", r.name(), state, err, advice)
 }
 
-// evict evicts r's pods on its node, once its claims are deleted, asking
-// again while their PodDisruptionBudget refuses, up to the timeout.
+// evict evicts r's pods on its node once its claims are deleted, asking
+// again while a PodDisruptionBudget refuses, up to the timeout. The pods
+// no StatefulSet makes again go first and the replica's own last: its
+// eviction is the one that takes the replica down, and a pod refused after
+// it would keep the claim (PVC protection), so that the new replica could
+// never be scheduled. Each dry run passed, but dry runs are not counted:
+// a budget that allows one disruption refuses the second pod. A pod is
+// evicted only once every pod before it is.
 func (o *drainOptions) evict(ctx context.Context, c *Clients, r drainReplica) error {
-	var refused error
-	err := wait.PollUntilContextTimeout(ctx, o.poll, o.timeout, true, func(ctx context.Context) (bool, error) {
-		refused = nil
-		for _, cl := range r.claims {
-			if err := lifecycle.EvictPodsUsing(ctx, c.Kube, cl.PVC, cl.loc.Node); err != nil {
-				refused = err
-				return false, ignoreTooManyRequests(err)
+	var pods []v1.Pod
+	for _, cl := range r.claims {
+		got, err := lifecycle.PodsOfReleasedClaim(ctx, c.Kube, cl.PVC, cl.loc.Node)
+		if err != nil {
+			return o.notEvicted(r, nil, pods, err)
+		}
+		for _, p := range got {
+			if !slices.ContainsFunc(pods, func(q v1.Pod) bool { return q.UID == p.UID }) {
+				pods = append(pods, p)
 			}
 		}
-		return true, nil
-	})
-	if err == nil {
-		return nil
 	}
-	if refused != nil {
-		err = refused
+	slices.SortStableFunc(pods, func(a, b v1.Pod) int { return cmp.Compare(madeAgain(a), madeAgain(b)) })
+	for i, p := range pods {
+		var refused error
+		err := wait.PollUntilContextTimeout(ctx, o.poll, o.timeout, true, func(ctx context.Context) (bool, error) {
+			refused = lifecycle.EvictPod(ctx, c.Kube, &p)
+			return refused == nil, ignoreTooManyRequests(refused)
+		})
+		if err != nil {
+			if ctx.Err() == nil && refused != nil {
+				err = refused
+			}
+			return o.notEvicted(r, pods[:i], pods[i:], err)
+		}
 	}
-	var claims []string
-	for _, cl := range r.claims {
-		claims = append(claims, cl.key())
+	return nil
+}
+
+// madeAgain is 1 for a pod a StatefulSet makes again, 0 for others.
+func madeAgain(p v1.Pod) int {
+	if ref := metav1.GetControllerOf(&p); ref != nil && ref.Kind == "StatefulSet" {
+		return 1
 	}
-	return fmt.Errorf("claim %s deleted, its PV kept (reclaim policy Retain), but %s was not evicted: %w; "+
-		"it keeps running on its volume until it is: run drain --release again to finish", strings.Join(claims, ", "), r.name(), err)
+	return 0
+}
+
+// notEvicted says that r's claims are deleted but its pods left not
+// evicted because of err, and which were.
+func (o *drainOptions) notEvicted(r drainReplica, evicted, left []v1.Pod, err error) error {
+	var done string
+	if len(evicted) > 0 {
+		done = ", pod " + podNames(evicted) + " evicted"
+	}
+	stay := "its pods keep"
+	if len(left) > 0 {
+		stay = "pod " + podNames(left) + " keeps"
+	}
+	return fmt.Errorf("claim %s deleted, its PV kept (reclaim policy Retain)%s, but pod %s was not evicted: %w; "+
+		"%s running on the volume until evicted: run drain --release again to finish",
+		claimKeys(r.claims), done, cmp.Or(podNames(left[:min(1, len(left))]), "-"), err, stay)
+}
+
+// podNames is the names of pods, joined by commas.
+func podNames(pods []v1.Pod) string {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ",")
+}
+
+// claimKeys is the namespaced names of claims, joined by commas.
+func claimKeys(claims []drainClaim) string {
+	keys := make([]string, len(claims))
+	for i, cl := range claims {
+		keys[i] = cl.key()
+	}
+	return strings.Join(keys, ", ")
 }
 
 // ignoreTooManyRequests is err, or nil for a refusal to try again later.

@@ -86,7 +86,7 @@ func TestDrainLists(t *testing.T) {
 	advice := `
 4 claim(s) stay on disk node-a/nvme0; no new volume is placed there.
 To move them off:
-  - diskfit drain node-a/nvme0 --release releases those marked release: each claim and its pod are deleted, one replica
+  - diskfit drain node-a/nvme0 --release releases those marked release: each claim is deleted and its pod evicted, one replica
     at a time, so that its StatefulSet recreates them on another disk; the old PV is kept (reclaim policy Retain).
   - mark a claim first (kubectl annotate pvc -n NAMESPACE NAME diskfit.io/on-disk-loss=release, or the parameter on its StorageClass)
     and run diskfit drain node-a/nvme0 --release;
@@ -425,15 +425,7 @@ func TestDrainFinishesAReleaseLeftHalfDone(t *testing.T) {
 	c := drainCluster()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims("shop").Get(ctx, "data-web-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := metav1.Now()
-	pvc.DeletionTimestamp, pvc.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
-	if _, err := c.Kube.CoreV1().PersistentVolumeClaims("shop").Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	beingDeleted(t, c, "data-web-0")
 	out, _, err := runWith(c, "", "drain", "node-a/nvme0")
 	if err != nil || !strings.Contains(out, "shop/data-web-0  nvme0  pv-w0  web-0  StatefulSet web  release, being deleted\n") {
 		t.Errorf("drain does not list claim data-web-0, being deleted while pod web-0 uses it: %v\n%s", err, out)
@@ -597,7 +589,7 @@ func TestDrainKeepsWhatAPodDisruptionBudgetProtects(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
-	lifecycletest.RefuseEvictions(c.Kube.(*kubefake.Clientset), func(p *corev1.Pod) string {
+	lifecycletest.RefuseEvictions(c.Kube.(*kubefake.Clientset), func(p *corev1.Pod, _ bool) string {
 		if strings.HasPrefix(p.Name, "web-") {
 			return "The disruption budget web needs 2 healthy pods and has 2 currently"
 		}
@@ -629,7 +621,7 @@ func TestDrainEvictsThroughThePodDisruptionBudget(t *testing.T) {
 	defer cancel()
 	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
 	asked := 0
-	lifecycletest.RefuseEvictions(c.Kube.(*kubefake.Clientset), func(p *corev1.Pod) string {
+	lifecycletest.RefuseEvictions(c.Kube.(*kubefake.Clientset), func(p *corev1.Pod, _ bool) string {
 		if p.Name != "web-0" {
 			return ""
 		}
@@ -657,5 +649,83 @@ func TestDrainEvictsThroughThePodDisruptionBudget(t *testing.T) {
 	}
 	if !strings.Contains(out, "shop/web-0 is running again.") {
 		t.Errorf("drain did not wait for web-0:\n%s", out)
+	}
+}
+
+// TestDrainEvictsTheReplicaLast: claim data-web-0 is used on node-a by
+// web-0 and by a second pod, web-0-backup, and the budget over both allows
+// one disruption. Each dry run passes (a dry run is not counted), but only
+// one eviction can. Evicting web-0 first took the replica down, and the
+// other pod, refused, kept the claim being deleted, so the new web-0 could
+// never be scheduled: the replica stayed down for good. drain evicts the
+// pods no StatefulSet makes again first, the replica's pod last: here the
+// second eviction is refused while web-0 still runs, and drain says so.
+func TestDrainEvictsTheReplicaLast(t *testing.T) {
+	c := drainCluster()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	backup := makePod("web-0-backup").withClaim("data", "data-web-0").onNode("node-a").Pod
+	if _, err := c.Kube.CoreV1().Pods("shop").Create(ctx, backup, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	statefulSet(ctx, t, c.Kube, false, replicaPod("web-0", "data-web-0"), replicaPod("web-1", "data-web-1"))
+	allowed := 1
+	lifecycletest.RefuseEvictions(c.Kube.(*kubefake.Clientset), func(p *corev1.Pod, dryRun bool) string {
+		if !strings.HasPrefix(p.Name, "web-0") {
+			return ""
+		}
+		if allowed == 0 {
+			return "The disruption budget web needs 2 healthy pods and has 2 currently"
+		}
+		if !dryRun {
+			allowed--
+		}
+		return ""
+	})
+
+	out, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--timeout", "50ms")
+	cancel()
+	t.Logf("drain: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "pod web-0-backup evicted, but pod web-0 was not") {
+		t.Errorf("drain returned %v, want an error saying pod web-0 was not evicted\n%s", err, out)
+	}
+	pod, gerr := c.Kube.CoreV1().Pods("shop").Get(context.Background(), "web-0", metav1.GetOptions{})
+	if gerr != nil || pod.UID != "web-0-uid" || pod.Spec.NodeName != "node-a" {
+		t.Errorf("pod web-0: %v (err %v), want the replica still running on node-a", pod, gerr)
+	}
+	if w := writes(c); slices.Index(w, "create pods/eviction web-0") < slices.Index(w, "create pods/eviction web-0-backup") {
+		t.Errorf("drain asked to evict web-0 before web-0-backup, taking the replica down: writes %q", w)
+	}
+}
+
+// TestDrainSaysWhatAReleaseBegunBeforeLeaves: claim data-web-0 is being
+// deleted since a release that did not finish, its pod running on, and
+// the budget now refuses web-0's eviction. drain's error says the claim is
+// being deleted, not that nothing of the replica changed.
+func TestDrainSaysWhatAReleaseBegunBeforeLeaves(t *testing.T) {
+	c := drainCluster()
+	beingDeleted(t, c, "data-web-0")
+	lifecycletest.RefuseEvictions(c.Kube.(*kubefake.Clientset), func(p *corev1.Pod, _ bool) string {
+		return "The disruption budget web needs 2 healthy pods and has 2 currently"
+	})
+	_, _, err := runWith(c, "", "drain", "node-a/nvme0", "--release", "--timeout", "20ms")
+	if err == nil || !strings.Contains(err.Error(), "shop/web-0 not released (claim shop/data-web-0 being deleted since a release begun before, its pods running on)") {
+		t.Errorf("drain returned %v, want it to say that claim data-web-0 is being deleted", err)
+	}
+}
+
+// beingDeleted marks claim name being deleted, held by the pvc-protection
+// finalizer, as a release left half done leaves it.
+func beingDeleted(t *testing.T, c *Clients, name string) {
+	t.Helper()
+	ctx := context.Background()
+	pvc, err := c.Kube.CoreV1().PersistentVolumeClaims("shop").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	pvc.DeletionTimestamp, pvc.Finalizers = &now, []string{"kubernetes.io/pvc-protection"}
+	if _, err := c.Kube.CoreV1().PersistentVolumeClaims("shop").Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
