@@ -332,33 +332,65 @@ func (d *Driver) stillReferred(ctx context.Context, id string) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "volume %s not deleted: cannot tell whether another PV refers to it: %v", id, err)
 	}
-	var keeping, deleting []*corev1.PersistentVolume
-	for _, pv := range pvs {
-		if deletesItsVolume(pv) {
-			deleting = append(deleting, pv)
+	return callOffWhileReferred(ctx, referrers[*corev1.PersistentVolume]{
+		what: "volume", kind: "PersistentVolume", policy: "reclaim policy Retain",
+		asks: deletesItsVolume, name: func(pv *corev1.PersistentVolume) string { return pv.Name }, retain: d.cfg.Orphans.Retain,
+	}, id, pvs)
+}
+
+// referrers is what may refer to a volume or a snapshot (PVs,
+// VolumeSnapshotContents) for callOffWhileReferred: what is deleted, the
+// objects' kind, the policy that calls a deletion off, which objects ask
+// for the deletion, their names and how to set that policy.
+type referrers[T any] struct {
+	what, kind, policy string
+	asks               func(T) bool
+	name               func(T) string
+	retain             func(context.Context, T) error
+}
+
+// callOffWhileReferred is the rule of DeleteVolume and DeleteSnapshot: the
+// deletion goes on (nil) when every object that refers to id asks for it;
+// otherwise it is refused, FailedPrecondition naming the others, and
+// called off for good: those that asked get the policy that keeps the
+// volume or snapshot (r.retain), so that no retry deletes it once the
+// others are gone.
+func callOffWhileReferred[T any](ctx context.Context, r referrers[T], id string, objs []T) error {
+	var keeping, deleting []T
+	for _, o := range objs {
+		if r.asks(o) {
+			deleting = append(deleting, o)
 		} else {
-			keeping = append(keeping, pv)
+			keeping = append(keeping, o)
 		}
 	}
 	if len(keeping) == 0 {
 		return nil
 	}
-	msg := fmt.Sprintf("volume %s not deleted: PersistentVolume %s also refers to it and would lose its data", id, pvNames(keeping))
-	var retained []*corev1.PersistentVolume
+	names := func(objs []T) string {
+		out := make([]string, len(objs))
+		for i, o := range objs {
+			out[i] = r.name(o)
+		}
+		slices.Sort(out)
+		return strings.Join(out, ", ")
+	}
+	msg := fmt.Sprintf("%s %s not deleted: %s %s also refers to it and would lose its data", r.what, id, r.kind, names(keeping))
+	var retained []T
 	var errs []error
-	for _, pv := range deleting {
-		if err := d.cfg.Orphans.Retain(ctx, pv); err != nil {
+	for _, o := range deleting {
+		if err := r.retain(ctx, o); err != nil {
 			errs = append(errs, err)
 		} else {
-			retained = append(retained, pv)
+			retained = append(retained, o)
 		}
 	}
 	if len(retained) > 0 {
-		msg += fmt.Sprintf("; the deletion is called off: PersistentVolume %s now has reclaim policy Retain, delete it when it is not needed", pvNames(retained))
+		msg += fmt.Sprintf("; the deletion is called off: %s %s now has %s, delete it when it is not needed", r.kind, names(retained), r.policy)
 	}
 	if err := errors.Join(errs...); err != nil {
-		klog.FromContext(ctx).Error(err, "Calling off the deletion of a volume another PV refers to", "volume", id)
-		msg += fmt.Sprintf("; to call the deletion off, set the deleted claim's PV to reclaim policy Retain (%v)", err)
+		klog.FromContext(ctx).Error(err, "Calling off the deletion of a "+r.what+" another "+r.kind+" refers to", r.what, id)
+		msg += fmt.Sprintf("; to call the deletion off, set the deleted %s to %s (%v)", r.kind, r.policy, err)
 	}
 	return status.Error(codes.FailedPrecondition, msg)
 }
@@ -368,16 +400,6 @@ func (d *Driver) stillReferred(ctx context.Context, id string) error {
 func deletesItsVolume(pv *corev1.PersistentVolume) bool {
 	released := pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed
 	return released && pv.Spec.PersistentVolumeReclaimPolicy == corev1.PersistentVolumeReclaimDelete
-}
-
-// pvNames joins the names of pvs, sorted.
-func pvNames(pvs []*corev1.PersistentVolume) string {
-	names := make([]string, len(pvs))
-	for i, pv := range pvs {
-		names[i] = pv.Name
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
 }
 
 // getVolume returns a ready volume or NotFound.

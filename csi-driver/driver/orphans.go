@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 
@@ -39,6 +40,13 @@ type OrphanFinder interface {
 	// Retain gives pv reclaim policy Retain, unless it changed since it was
 	// read.
 	Retain(ctx context.Context, pv *corev1.PersistentVolume) error
+	// ContentsOf returns the VolumeSnapshotContents (external-snapshotter's
+	// CRD, so unstructured) of this driver that refer to the snapshot, as
+	// the API server has them now. It fails when it cannot tell.
+	ContentsOf(ctx context.Context, snapshotID string) ([]*unstructured.Unstructured, error)
+	// RetainContent gives content deletion policy Retain, unless it
+	// changed since it was read.
+	RetainContent(ctx context.Context, content *unstructured.Unstructured) error
 	// DisksOfPVs counts, by disk name, the PersistentVolumes of this
 	// driver on the node, from the cache; nil before the cache is filled.
 	DisksOfPVs(node string) map[string]int

@@ -898,3 +898,71 @@ func TestDeleteVolumeKeepsAVolumeAnotherPVRefersTo(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteSnapshotKeepsASnapshotAnotherContentRefersTo: an admin shares
+// a snapshot with another namespace the documented way, a pre-provisioned
+// VolumeSnapshotContent with the same snapshot handle. Its first owner
+// deletes their VolumeSnapshot, whose content (deletionPolicy Delete) has
+// the snapshotter call DeleteSnapshot while the other content still
+// refers to the snapshot: restores from it would find nothing. The
+// snapshot is kept, FailedPrecondition naming the other content, and the
+// deletion is called off for good: the content that asked for it gets
+// deletionPolicy Retain, so that the snapshotter lets it go without a
+// retry. Once no other content refers to it, the snapshot goes.
+func TestDeleteSnapshotKeepsASnapshotAnotherContentRefersTo(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		others  []*unstructured.Unstructured
+		deleted bool
+	}{
+		{"the content being deleted only", nil, true},
+		{"a pre-provisioned content", []*unstructured.Unstructured{snapshotContent("content-shared", "only:snap", true)}, false},
+		{"a second content made for it", []*unstructured.Unstructured{snapshotContent("content-shared", "only:snap", false)}, false},
+		{"a content of another snapshot", []*unstructured.Unstructured{snapshotContent("content-other", "only:snap-other", true)}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			deleting := snapshotContent("content-deleting", "only:snap", false)
+			_ = unstructured.SetNestedField(deleting.Object, "Delete", "spec", "deletionPolicy")
+			deleting.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+			deleting.SetFinalizers([]string{"snapshot.storage.kubernetes.io/volumesnapshotcontent-bound-protection"})
+			e := newOrphanEnv(t, true, append([]*unstructured.Unstructured{deleting}, tt.others...)...)
+			vol := e.mustCreate(t, createReq("pvc-src", 300*mi)).VolumeId
+			e.snapshot(t, "snap", vol)
+
+			_, err := e.d.DeleteSnapshot(e.ctx, &csi.DeleteSnapshotRequest{SnapshotId: "only:snap"})
+			kept := slices.Contains(e.remaining(t), "snapshot only:snap")
+			switch {
+			case tt.deleted && (err != nil || kept):
+				t.Fatalf("DeleteSnapshot: %v; snapshot kept: %v; want it deleted", err, kept)
+			case tt.deleted:
+				return
+			case !kept:
+				t.Fatalf("DeleteSnapshot (%v) deleted the snapshot while VolumeSnapshotContent content-shared still refers to it", err)
+			}
+			wantCode(t, err, codes.FailedPrecondition)
+			if err != nil && !strings.Contains(err.Error(), "content-shared") {
+				t.Errorf("the refusal does not name content-shared: %v", err)
+			}
+			contents := e.dynamic.Resource(kube.VolumeSnapshotContents)
+			got, err := contents.Get(e.ctx, "content-deleting", metav1.GetOptions{})
+			if policy, _, _ := unstructured.NestedString(got.Object, "spec", "deletionPolicy"); err != nil || policy != "Retain" {
+				t.Errorf("content-deleting, whose deletion was refused: %v, deletionPolicy %q; want Retain", err, policy)
+			}
+			if err := contents.Delete(e.ctx, "content-shared", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// The deletion was called off; the snapshot goes only when
+			// some content asks for it again, none other refers to it.
+			_ = unstructured.SetNestedField(got.Object, "Delete", "spec", "deletionPolicy")
+			if _, err := contents.Update(e.ctx, got, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.d.DeleteSnapshot(e.ctx, &csi.DeleteSnapshotRequest{SnapshotId: "only:snap"}); err != nil {
+				t.Errorf("DeleteSnapshot once no other content refers to it: %v", err)
+			}
+			if slices.Contains(e.remaining(t), "snapshot only:snap") {
+				t.Error("the snapshot is kept once no other content refers to it")
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 
 	"github.com/diskfit/diskfit/csi-driver/backend"
@@ -135,9 +136,41 @@ func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 		return nil, err
 	}
 	defer unlock()
+	if err := d.snapshotStillReferred(ctx, req.GetSnapshotId()); err != nil {
+		return nil, err
+	}
 	if err := dk.backend.DeleteSnapshot(ctx, key); err != nil {
 		return nil, toStatus(fmt.Errorf("deleting snapshot %s: %w", req.GetSnapshotId(), err))
 	}
 	d.triggerStatus()
 	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// snapshotStillReferred refuses, FailedPrecondition, to delete a snapshot
+// a VolumeSnapshotContent other than those the snapshotter deletes it for
+// (deletesItsSnapshot) still refers to (an admin shared it with another
+// namespace through a pre-provisioned content), and calls the deletion
+// off: those get deletion policy Retain, so that the snapshotter lets them
+// go without deleting it (callOffWhileReferred, stillReferred's rule).
+// Unavailable when it cannot tell. Without an OrphanFinder (no API
+// server) it refuses nothing.
+func (d *Driver) snapshotStillReferred(ctx context.Context, id string) error {
+	if d.cfg.Orphans == nil {
+		return nil
+	}
+	contents, err := d.cfg.Orphans.ContentsOf(ctx, id)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "snapshot %s not deleted: cannot tell whether another VolumeSnapshotContent refers to it: %v", id, err)
+	}
+	return callOffWhileReferred(ctx, referrers[*unstructured.Unstructured]{
+		what: "snapshot", kind: "VolumeSnapshotContent", policy: "deletionPolicy Retain",
+		asks: deletesItsSnapshot, name: (*unstructured.Unstructured).GetName, retain: d.cfg.Orphans.RetainContent,
+	}, id, contents)
+}
+
+// deletesItsSnapshot says that the snapshotter deletes c's snapshot: c is
+// being deleted with deletionPolicy Delete.
+func deletesItsSnapshot(c *unstructured.Unstructured) bool {
+	policy, _, _ := unstructured.NestedString(c.Object, "spec", "deletionPolicy")
+	return c.GetDeletionTimestamp() != nil && policy == "Delete"
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
@@ -13,15 +14,26 @@ import (
 // pvDisks is an OrphanFinder whose PVs of this node sit on the given disks.
 type pvDisks map[string]int
 
-// noOtherPVs is the part of an OrphanFinder that DeleteVolume asks: no PV
-// keeps any volume.
+// noOtherPVs is the part of an OrphanFinder that DeleteVolume and
+// DeleteSnapshot ask: no other PV or VolumeSnapshotContent keeps any
+// volume or snapshot.
 type noOtherPVs struct{}
 
 func (noOtherPVs) PVsOf(context.Context, string) ([]*corev1.PersistentVolume, error) { return nil, nil }
 func (noOtherPVs) Retain(context.Context, *corev1.PersistentVolume) error            { return nil }
+func (noOtherPVs) ContentsOf(context.Context, string) ([]*unstructured.Unstructured, error) {
+	return nil, nil
+}
+func (noOtherPVs) RetainContent(context.Context, *unstructured.Unstructured) error { return nil }
 
-func (pvDisks) PVsOf(context.Context, string) ([]*corev1.PersistentVolume, error) { return nil, nil }
-func (pvDisks) Retain(context.Context, *corev1.PersistentVolume) error            { return nil }
+func (pvDisks) PVsOf(ctx context.Context, id string) ([]*corev1.PersistentVolume, error) {
+	return noOtherPVs{}.PVsOf(ctx, id)
+}
+func (pvDisks) Retain(context.Context, *corev1.PersistentVolume) error { return nil }
+func (pvDisks) ContentsOf(ctx context.Context, id string) ([]*unstructured.Unstructured, error) {
+	return noOtherPVs{}.ContentsOf(ctx, id)
+}
+func (pvDisks) RetainContent(context.Context, *unstructured.Unstructured) error { return nil }
 
 func (pvDisks) VolumesWithoutPV(_ context.Context, _ []string, _ bool) ([]string, error) {
 	return nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -321,6 +322,42 @@ func (f *OrphanFinder) SnapshotsWithoutContent(ctx context.Context, ids []string
 		return nil, fmt.Errorf("listing VolumeSnapshotContents: %w", err)
 	}
 	return without(ids, handles), nil
+}
+
+// ContentsOf implements driver.OrphanFinder: the VolumeSnapshotContents
+// of this driver that name the snapshot (snapshotHandles), listed from the
+// API server (a consistent read: a content made a moment ago counts).
+func (f *OrphanFinder) ContentsOf(ctx context.Context, snapshotID string) ([]*unstructured.Unstructured, error) {
+	if f.dynamic == nil {
+		return nil, errors.New("no client for VolumeSnapshotContents")
+	}
+	var out []*unstructured.Unstructured
+	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return f.dynamic.Resource(VolumeSnapshotContents).List(ctx, opts)
+	}, func(obj runtime.Object) {
+		if slices.Contains(snapshotHandles(obj), snapshotID) {
+			out = append(out, obj.(*unstructured.Unstructured))
+		}
+	})
+	if apierrors.IsNotFound(err) {
+		// The API serves no VolumeSnapshotContents: none refers to it.
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing VolumeSnapshotContents: %w", err)
+	}
+	return out, nil
+}
+
+// RetainContent implements driver.OrphanFinder: content gets deletion
+// policy Retain, as long as it is still as it was read (its
+// resourceVersion).
+func (f *OrphanFinder) RetainContent(ctx context.Context, content *unstructured.Unstructured) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q},"spec":{"deletionPolicy":"Retain"}}`, content.GetResourceVersion())
+	if _, err := f.dynamic.Resource(VolumeSnapshotContents).Patch(ctx, content.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("setting VolumeSnapshotContent %s to deletionPolicy Retain: %w", content.GetName(), err)
+	}
+	return nil
 }
 
 // listAll lists every object from the API server (not its watch cache),

@@ -126,6 +126,12 @@ func TestSnapshotRestoreAndCloneHoldTheData(t *testing.T) {
 		}
 	}
 
+	// An admin shares the snapshot with another team the documented way:
+	// a pre-provisioned VolumeSnapshotContent with the same handle (here in
+	// the same namespace; deletionPolicy Retain, labelled for the node's
+	// csi-snapshotter as snapshot-controller labels its own).
+	shared := shareSnapshot(t, dyn, ns, contentName, "shared")
+
 	if err := dyn.Resource(volumeSnapshots).Namespace(ns).Delete(ctxFor(t, time.Minute), "snap", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,6 +142,74 @@ func TestSnapshotRestoreAndCloneHoldTheData(t *testing.T) {
 	if err != nil {
 		t.Fatalf("VolumeSnapshotContent %s outlived its snapshot: %v", contentName, err)
 	}
+
+	// Its first owner deleted the snapshot: the shared one still holds
+	// the data (before, DeleteSnapshot deleted it under the other content).
+	again := claim("from-shared", class, size)
+	again.Spec.DataSourceRef = &v1.TypedObjectReference{APIGroup: ptr.To("snapshot.storage.k8s.io"), Kind: "VolumeSnapshot", Name: shared}
+	if _, err := kube.CoreV1().PersistentVolumeClaims(ns).Create(ctxFor(t, time.Minute), again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createPod(t, ns, podSpec("from-shared", diskfit.SchedulerName, "from-shared"))
+	fromShared := waitPVCsBound(t, ns, []string{"from-shared"}, 2*time.Minute)["from-shared"]
+	fromSharedPod := waitPodRunning(t, ns, "from-shared", 2*time.Minute)
+	if localDir != "" {
+		got, err := os.ReadFile(filepath.Join(hostVolumePath(fromSharedPod, fromShared.Spec.VolumeName), "proof"))
+		if err != nil || !bytes.Equal(got, content) {
+			t.Fatalf("the restore of the shared snapshot holds %q (err %v), the origin had %q", got, err, content)
+		}
+	}
+}
+
+// shareSnapshot makes a VolumeSnapshot name in ns, pre-provisioned from the
+// snapshot handle of VolumeSnapshotContent from (deletionPolicy Retain),
+// waits until it is ready and returns its name. Its content is deleted
+// with the test.
+func shareSnapshot(t *testing.T, dyn dynamic.Interface, ns, from, name string) string {
+	t.Helper()
+	ctx := ctxFor(t, 3*time.Minute)
+	orig, err := dyn.Resource(volumeSnapshotContents).Get(ctx, from, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle, _, _ := unstructured.NestedString(orig.Object, "status", "snapshotHandle")
+	contentName := name + "-" + ns
+	content := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotContent",
+		"metadata": map[string]any{"name": contentName, "labels": orig.GetLabels()},
+		"spec": map[string]any{
+			"driver":            diskfit.DriverName,
+			"deletionPolicy":    "Retain",
+			"source":            map[string]any{"snapshotHandle": handle},
+			"volumeSnapshotRef": map[string]any{"namespace": ns, "name": name},
+		},
+	}}
+	if _, err := dyn.Resource(volumeSnapshotContents).Create(ctx, content, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = dyn.Resource(volumeSnapshotContents).Delete(context.Background(), contentName, metav1.DeleteOptions{})
+	})
+	snap := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"source": map[string]any{"volumeSnapshotContentName": contentName}},
+	}}
+	if _, err := dyn.Resource(volumeSnapshots).Namespace(ns).Create(ctx, snap, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := dyn.Resource(volumeSnapshots).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ready, _, _ := unstructured.NestedBool(got.Object, "status", "readyToUse")
+		return ready, nil
+	})
+	if err != nil {
+		t.Fatalf("shared snapshot %s never became ready: %v; events:\n%s", name, err, events(t, ns, name))
+	}
+	return name
 }
 
 // placementOf returns the node and disk of a diskfit PV.
