@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -96,11 +97,12 @@ type Options struct {
 	// to them), and nothing is released.
 	MaxNodesWithFailedDisks intstr.IntOrString
 	// MaxLostNodes is how many nodes (a number, or a percentage of the
-	// nodes with a DiskNode, rounded down; at least one) may be gone at
-	// once for their claims to be released: beyond it one cause likely
-	// deleted their Node objects (a cloud controller that cannot see its
-	// instances, a script run against the wrong cluster) while the
-	// machines and their data may be fine, and nothing is released.
+	// nodes with a DiskNode, rounded down; at least one) may be lost at
+	// once (within LossWindow of each other) for their claims to be
+	// released: beyond it one cause likely deleted their Node objects (a
+	// cloud controller that cannot see its instances, a script run
+	// against the wrong cluster) while the machines and their data may be
+	// fine, and nothing of them is released.
 	MaxLostNodes intstr.IntOrString
 	// Clock is the time source; nil means the real clock.
 	Clock clock.WithTicker
@@ -140,9 +142,14 @@ type Controller struct {
 	// nodeGoneSince is when the API server first said gone (disknodes.go)
 	// a node with claims to release.
 	nodeGoneSince map[string]time.Time
-	// lost holds the nodes the caches say are gone (seemsGone), with
-	// claims or not, for MaxLostNodes.
-	lost map[string]*loss
+	// firstSeenGone is when a pass first saw gone a node without a
+	// DiskNode (lostnodes.go).
+	firstSeenGone map[string]time.Time
+	// toldHeld holds the lost nodes whose claims were told that their
+	// release is held.
+	toldHeld sets.Set[string]
+	// diskNodeCount is how many DiskNodes the last pass saw.
+	diskNodeCount int
 	// diskNodeGoneSince is when a pass first saw a DiskNode with an empty
 	// spec whose node seems gone (disknodes.go).
 	diskNodeGoneSince map[string]time.Time
@@ -157,17 +164,6 @@ type Controller struct {
 	// holding is why releases of failed disks' claims are held, empty
 	// when they are not; holdingNodes the same for lost nodes.
 	holding, holdingNodes string
-}
-
-// loss is one node that seems gone.
-type loss struct {
-	since time.Time
-	// toldHeld is true once its claims were told their release is held.
-	toldHeld bool
-	// settled is true once a pass past the grace time, releases not
-	// held, found no claim of the node left to release: from then on it
-	// no longer counts towards MaxLostNodes.
-	settled bool
 }
 
 // failure is one unhealthy disk.
@@ -210,7 +206,8 @@ func New(client kubernetes.Interface, df versioned.Interface, factory informers.
 		diskNodes:         dfFactory.Diskfit().V1alpha1().DiskNodes().Lister(),
 		changed:           make(chan struct{}, 1),
 		nodeGoneSince:     map[string]time.Time{},
-		lost:              map[string]*loss{},
+		firstSeenGone:     map[string]time.Time{},
+		toldHeld:          sets.New[string](),
 		diskNodeGoneSince: map[string]time.Time{},
 		failing:           map[diskfit.Location]*failure{},
 		notFailing:        map[diskfit.Location]*notFailing{},
@@ -279,7 +276,7 @@ func (c *Controller) Pass(ctx context.Context) {
 	}
 	c.releaseLostNodes(ctx, claims)
 	c.releaseFailedDisks(ctx, claims)
-	c.tidyDiskNodes(ctx)
+	c.tidyDiskNodes(ctx, claims)
 }
 
 // claimsByDisk returns the bound claims on diskfit volumes, by where the
@@ -319,12 +316,15 @@ func (c *Controller) claimsByDisk() (map[diskfit.Location][]Claim, error) {
 
 // releaseLostNodes releases the opted-in claims of nodes the API server
 // has said for NodeLossGrace are gone (disknodes.go): their Node deleted,
-// and their driver not reporting. Nothing is released while more nodes
-// than MaxLostNodes seem gone at once (tooManyNodesLost).
+// and their driver not reporting. Nothing of a node is released while
+// more nodes than MaxLostNodes were lost at once with it (lostnodes.go).
 func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Location][]Claim) {
 	logger := klog.FromContext(ctx)
-	held := c.tooManyNodesLost(ctx, claims)
-	noteHold(logger, &c.holdingNodes, held, "lost node")
+	losses, err := c.losses(claims)
+	if err != nil {
+		logger.Error(err, "Listing DiskNodes; no claim of a lost node is released now")
+		return
+	}
 	lost := map[string][]Claim{}
 	for loc, list := range claims {
 		if !c.seemsGone(loc.Node) {
@@ -341,14 +341,11 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 	for name := range c.nodeGoneSince {
 		if _, ok := lost[name]; !ok {
 			delete(c.nodeGoneSince, name)
+			c.toldHeld.Delete(name)
 		}
 	}
 	now := c.opts.Clock.Now()
-	for name, l := range c.lost {
-		if _, ok := lost[name]; !ok && held == "" && now.Sub(l.since) >= c.opts.NodeLossGrace {
-			l.settled = true
-		}
-	}
+	var holding []string
 	for name, list := range lost {
 		gone, err := c.gone(ctx, name)
 		switch {
@@ -360,14 +357,18 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 			delete(c.nodeGoneSince, name)
 			continue
 		}
+		held := c.heldWith(name, losses)
 		since, ok := c.nodeGoneSince[name]
 		if !ok {
 			c.nodeGoneSince[name] = now
 			logger.Info("Node is gone; releasing its opted-in claims unless it comes back", "node", name, "after", c.opts.NodeLossGrace)
+			when := fmt.Sprintf("the claim is released at %s unless the node comes back", now.Add(c.opts.NodeLossGrace).UTC().Format(time.RFC3339))
+			if held != "" {
+				when = "the claim is not released while " + held
+			}
 			for _, cl := range list {
 				c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonNodeGone, "Release",
-					"Node %s, which holds this claim's volume, was deleted and its driver no longer reports; the claim is released at %s unless the node comes back",
-					name, now.Add(c.opts.NodeLossGrace).UTC().Format(time.RFC3339))
+					"Node %s, which holds this claim's volume, was deleted and its driver no longer reports; %s", name, when)
 			}
 			continue
 		}
@@ -375,6 +376,7 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 			continue
 		}
 		if held != "" {
+			holding = append(holding, held)
 			c.tellNodeHeld(name, since, list, held)
 			continue
 		}
@@ -394,64 +396,8 @@ func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Lo
 				name, since.UTC().Format(time.RFC3339))
 		}
 	}
-}
-
-// tooManyNodesLost follows the nodes the caches say are gone (those of a
-// DiskNode or a claim's volume) and says why releases are held, if more
-// of them are gone at once than MaxLostNodes of the nodes with a DiskNode
-// allows. Every lost node counts, with claims to release or not (a Node
-// deletion gone wrong takes nodes without claims too), until it is
-// settled (releaseLostNodes).
-func (c *Controller) tooManyNodesLost(ctx context.Context, claims map[diskfit.Location][]Claim) string {
-	dns, err := c.diskNodes.List(labels.Everything())
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Listing DiskNodes")
-		return "the DiskNodes cannot be listed"
-	}
-	names := sets.New[string]()
-	for _, dn := range dns {
-		names.Insert(dn.Name)
-	}
-	for loc := range claims {
-		names.Insert(loc.Node)
-	}
-	now := c.opts.Clock.Now()
-	for name := range names {
-		if !c.seemsGone(name) {
-			continue
-		}
-		if c.lost[name] == nil {
-			c.lost[name] = &loss{since: now}
-		}
-	}
-	lost := sets.New[string]()
-	for name, l := range c.lost {
-		switch {
-		case !names.Has(name) || !c.seemsGone(name):
-			delete(c.lost, name)
-		case !l.settled:
-			lost.Insert(name)
-		}
-	}
-	return tooMany(lost, c.opts.MaxLostNodes, len(dns), "--max-lost-nodes",
-		"nodes are gone at once, their Node deleted and their driver silent",
-		"one cause deleting their Node objects (a cloud controller that cannot see its instances, a script) is likelier than so many lost machines")
-}
-
-// tellNodeHeld puts a Warning event on each opted-in claim of a lost
-// node, once per loss, saying that its release is held and why.
-func (c *Controller) tellNodeHeld(name string, since time.Time, claims []Claim, why string) {
-	l := c.lost[name]
-	if l == nil || l.toldHeld {
-		return
-	}
-	l.toldHeld = true
-	for _, cl := range claims {
-		c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleaseHeld, "Release",
-			"Not released although node %s, which holds this claim's volume, has been gone since %s: %s. Once few enough nodes are gone it is released; "+
-				"if the machines are lost, raise diskfit-controller's --max-lost-nodes to release it now",
-			name, since.UTC().Format(time.RFC3339), why)
-	}
+	slices.Sort(holding)
+	noteHold(logger, &c.holdingNodes, strings.Join(slices.Compact(holding), "; "), "lost node")
 }
 
 // releaseFailedDisks follows the disks that fresh DiskNode statuses call
@@ -581,9 +527,15 @@ func (c *Controller) tooManyNodesFailing(diskNodes int) string {
 			nodes.Insert(loc.Node)
 		}
 	}
-	return tooMany(nodes, c.opts.MaxNodesWithFailedDisks, diskNodes, "--max-nodes-with-failed-disks",
-		"nodes have failed disks at once",
-		"a cause the nodes share (a node config or driver rolled out to them) is likelier than so many failed disks")
+	limit, _ := intstr.GetScaledValueFromIntOrPercent(&c.opts.MaxNodesWithFailedDisks, diskNodes, false) // Validate checked it
+	limit = max(limit, 1)
+	if nodes.Len() <= limit {
+		return ""
+	}
+	return fmt.Sprintf("disks fail on %d nodes at once (%s), more than %d (--max-nodes-with-failed-disks %s of %d nodes): "+
+		"a cause the nodes share (a node config or driver rolled out to them) is likelier than so many failed disks, "+
+		"and releasing would recreate every replica of a workload at once",
+		nodes.Len(), strings.Join(sets.List(nodes), ", "), limit, c.opts.MaxNodesWithFailedDisks.String(), diskNodes)
 }
 
 // noteHold logs when the releases of what's claims start or stop being
@@ -598,19 +550,6 @@ func noteHold(logger klog.Logger, was *string, held, what string) {
 		logger.Info("Releasing claims of " + what + "s again")
 	}
 	*was = held
-}
-
-// tooMany says why releases are held when nodes are more than limit (of
-// diskNodes nodes, at least one) allows: what they are, the flag that
-// sets the limit and the likelier cause. Empty when they are not.
-func tooMany(nodes sets.Set[string], limit intstr.IntOrString, diskNodes int, flag, what, cause string) string {
-	n, _ := intstr.GetScaledValueFromIntOrPercent(&limit, diskNodes, false) // Validate checked it
-	n = max(n, 1)
-	if nodes.Len() <= n {
-		return ""
-	}
-	return fmt.Sprintf("%d %s (%s), more than %d (%s %s of %d nodes): %s, and releasing would recreate every replica of a workload at once",
-		nodes.Len(), what, strings.Join(sets.List(nodes), ", "), n, flag, limit.String(), diskNodes, cause)
 }
 
 // tellHeld puts a Warning event on each opted-in claim of a failed disk,

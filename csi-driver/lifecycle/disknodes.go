@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
@@ -30,9 +31,14 @@ import (
 // tidyDiskNodes removes the Node owner references drivers of earlier
 // versions set, and deletes the DiskNodes of nodes gone for the grace time
 // whose spec is empty.
-func (c *Controller) tidyDiskNodes(ctx context.Context) {
+func (c *Controller) tidyDiskNodes(ctx context.Context, claims map[diskfit.Location][]Claim) {
 	logger := klog.FromContext(ctx)
 	dns, err := c.diskNodes.List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Listing DiskNodes")
+		return
+	}
+	losses, err := c.losses(claims)
 	if err != nil {
 		logger.Error(err, "Listing DiskNodes")
 		return
@@ -49,11 +55,6 @@ func (c *Controller) tidyDiskNodes(ctx context.Context) {
 		if !reflect.DeepEqual(dn.Spec, v1alpha1.DiskNodeSpec{}) {
 			continue
 		}
-		// Many nodes gone at once (tooManyNodesLost): their DiskNodes are
-		// what counts them, and stay.
-		if c.holdingNodes != "" {
-			continue
-		}
 		gone[dn.Name] = true
 		since, ok := c.diskNodeGoneSince[dn.Name]
 		if !ok {
@@ -61,6 +62,12 @@ func (c *Controller) tidyDiskNodes(ctx context.Context) {
 			continue
 		}
 		if now.Sub(since) < c.opts.NodeLossGrace {
+			continue
+		}
+		// Nodes lost at once (lostnodes.go): their DiskNodes count them,
+		// and stay for LossWindow after they went silent, and while
+		// claims of a node lost with them are held.
+		if now.Sub(losses[dn.Name].silentSince) < LossWindow || c.keepsCount(dn.Name, losses, claims) {
 			continue
 		}
 		if gone, err := c.gone(ctx, dn.Name); err != nil || !gone {

@@ -63,10 +63,14 @@ func TestDiskNodeOutlivesItsNodeWhileItHoldsACordon(t *testing.T) {
 	if !e.diskNodeExists("plain") {
 		t.Fatal("the DiskNode of a deleted Node was deleted before the grace time")
 	}
-	e.df.ClearActions()
 	e.step(time.Second)
+	if !e.diskNodeExists("plain") {
+		t.Fatal("the DiskNode of a deleted Node was deleted before LossWindow since its last report: it counts the nodes lost at once")
+	}
+	e.df.ClearActions()
+	e.step(LossWindow)
 	if e.diskNodeExists("plain") {
-		t.Error("the DiskNode of a Node gone for the grace time, its spec empty, was kept")
+		t.Error("the DiskNode of a Node gone for the grace time and LossWindow, its spec empty, was kept")
 	}
 	for _, a := range e.df.Actions() {
 		if d, ok := a.(clienttesting.DeleteActionImpl); ok {

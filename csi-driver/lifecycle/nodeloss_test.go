@@ -15,6 +15,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 var nodeDeletionAnnotation = map[string]string{diskfit.ReleaseOnNodeDeletionAnnotation: "true"}
@@ -196,16 +197,7 @@ func TestNodesLostAtOnceReleaseNothing(t *testing.T) {
 		}
 		e.silent[dn.Name] = true
 	}
-	nodesInCache := func(want int) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(e.ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
-			list, err := e.c.nodes.List(labels.Everything())
-			return err == nil && len(list) == want, nil
-		}); err != nil {
-			t.Fatal("the Node cache never caught up")
-		}
-	}
-	nodesInCache(0)
+	e.nodesInCache(0)
 	e.step(statusAge + time.Second) // the last reports are old now
 	for range 3 {
 		e.step(nodeGrace)
@@ -228,7 +220,7 @@ func TestNodesLostAtOnceReleaseNothing(t *testing.T) {
 		}
 		e.silent[dn.Name] = false
 	}
-	nodesInCache(29)
+	e.nodesInCache(29)
 	e.step(0)
 	e.step(nodeGrace)
 	if e.pvcExists("web-0") {
@@ -238,5 +230,124 @@ func TestNodesLostAtOnceReleaseNothing(t *testing.T) {
 		if !e.pvcExists(name) {
 			t.Errorf("claim %s of a node that came back released", name)
 		}
+	}
+}
+
+// TestNodesGoneLongAgoHoldNoRelease: three nodes were retired long ago
+// (drained, their Nodes deleted), their DiskNodes kept for the cordon in
+// their spec, and the controller restarts (an upgrade). Then n1, holding
+// web-0, is lost. Those three are not lost at once with n1: web-0 is
+// released a grace time later. Before, the restart counted them as lost
+// anew and held every later release for good.
+func TestNodesGoneLongAgoHoldNoRelease(t *testing.T) {
+	objs, dns, _ := thirtyNodes(nodeDeletionAnnotation)
+	objs, dns = objs[:20], dns[:20] // 20 nodes: at most 2 lost at once
+	objs = append(objs, claim("web-0", plainClass, "n1", "d0", nodeDeletionAnnotation)...)
+	for _, dn := range dns[17:] {
+		dn.Spec.Disks = []v1alpha1.DiskSpec{{Name: "d0", Unschedulable: true, Reason: "retired"}}
+	}
+	e := newEnv(t, objs, dns...)
+	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
+	retired := dns[17:]
+	for _, dn := range retired {
+		if err := e.client.CoreV1().Nodes().Delete(e.ctx, dn.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		dn.Status.ObservedTime = metav1.NewTime(e.clock.Now().Add(-30 * 24 * time.Hour))
+		e.setDiskNode(dn)
+		e.silent[dn.Name] = true
+	}
+	e.nodesInCache(17)
+	e.loseN1WantWeb0Released("nodes retired a month ago are not lost at once with it")
+}
+
+// TestNodesRemovedAtOnceHoldNoLaterRelease: the autoscaler removes 4 empty
+// nodes of 30 at once, more than the 3 lost at once allowed, with no claim
+// to hold. Their DiskNodes are deleted as for any gone node, and when n1,
+// holding web-0, is lost 40 minutes later, web-0 is released: it is not
+// lost at once with them. Before, the 4 held every later release for good.
+func TestNodesRemovedAtOnceHoldNoLaterRelease(t *testing.T) {
+	objs, dns, _ := thirtyNodes(nodeDeletionAnnotation)
+	objs = objs[:30]
+	objs = append(objs, claim("web-0", plainClass, "n1", "d0", nodeDeletionAnnotation)...)
+	e := newEnv(t, objs, dns...)
+	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
+	e.c.Pass(e.ctx)
+	for _, dn := range dns[26:] {
+		if err := e.client.CoreV1().Nodes().Delete(e.ctx, dn.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.silent[dn.Name] = true
+	}
+	e.nodesInCache(26)
+	for range 40 {
+		e.step(time.Minute)
+	}
+	if list, err := e.df.DiskfitV1alpha1().DiskNodes().List(e.ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 26 {
+		t.Errorf("DiskNodes left: %d (err %v), want the 4 of the removed nodes deleted", len(list.Items), err)
+	}
+	e.loseN1WantWeb0Released("4 nodes removed 40 minutes before are not lost at once with it")
+}
+
+// loseN1WantWeb0Released deletes Node n1, silences its driver and wants
+// its claim web-0 released a grace time later, for why.
+func (e *env) loseN1WantWeb0Released(why string) {
+	e.t.Helper()
+	before, err := e.c.nodes.List(labels.Everything())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.client.CoreV1().Nodes().Delete(e.ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.silent["n1"] = true
+	e.nodesInCache(len(before) - 1)
+	e.step(statusAge + time.Second)
+	e.step(nodeGrace)
+	e.step(time.Second)
+	if e.pvcExists("web-0") {
+		e.t.Errorf("claim web-0 kept a grace time after its node went, events %q: %s", e.rec.of("web-0"), why)
+	}
+}
+
+// nodesInCache waits until the controller's Node cache holds want Nodes.
+func (e *env) nodesInCache(want int) {
+	e.t.Helper()
+	if err := wait.PollUntilContextTimeout(e.ctx, time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+		list, err := e.c.nodes.List(labels.Everything())
+		return err == nil && len(list) == want, nil
+	}); err != nil {
+		e.t.Fatal("the Node cache never caught up")
+	}
+}
+
+// TestNodesDeletedOneByOneReleaseLittle: a script deletes the Nodes of a
+// 30-node cluster one every 100 seconds, the replicas of web on the first
+// three. When web-0's and web-1's grace times end, no more than 3 nodes
+// are lost (the limit, 10% of 30), and the brake cannot know of the
+// deletions still to come; by web-2's, 4 nodes are lost within
+// LossWindow, those whose claims were released among them (their
+// DiskNodes stay for LossWindow): web-2 stays. Before, a node counted
+// only until its claims were released and all three went one after another.
+func TestNodesDeletedOneByOneReleaseLittle(t *testing.T) {
+	objs, dns, replicas := thirtyNodes(nodeDeletionAnnotation)
+	e := newEnv(t, objs, dns...)
+	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
+	e.c.Pass(e.ctx)
+	for i, dn := range dns[:12] {
+		if err := e.client.CoreV1().Nodes().Delete(e.ctx, dn.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.silent[dn.Name] = true
+		e.nodesInCache(29 - i)
+		for range 10 {
+			e.step(10 * time.Second)
+		}
+	}
+	for range 10 {
+		e.step(time.Minute)
+	}
+	if !e.pvcExists(replicas[2]) {
+		t.Errorf("claim %s released after 4 nodes were deleted within %s, one every 100 s", replicas[2], LossWindow)
 	}
 }
