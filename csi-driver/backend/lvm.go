@@ -349,7 +349,9 @@ func (l *LVM) undo(ctx context.Context, name string) error {
 	return l.removeLV(ctx, name)
 }
 
-// copyLV copies the data of one LV into another with direct I/O.
+// copyLV copies the data of one LV into another with direct I/O, and
+// flushes the disk's write cache (conv=fsync) before the copy is tagged
+// ready: direct I/O bypasses the page cache, not the disk's.
 func (l *LVM) copyLV(ctx context.Context, from, to string) error {
 	for _, name := range []string{from, to} {
 		if _, err := l.run.Run(ctx, "lvchange", "--activate", "y", l.vg+"/"+name); err != nil {
@@ -358,7 +360,7 @@ func (l *LVM) copyLV(ctx context.Context, from, to string) error {
 	}
 	// No conv=sparse: skipped blocks would keep whatever an earlier LV
 	// left on the extents.
-	_, err := l.run.Run(ctx, "dd", "if="+l.lvPath(from), "of="+l.lvPath(to), "bs=4M", "iflag=direct", "oflag=direct")
+	_, err := l.run.Run(ctx, "dd", "if="+l.lvPath(from), "of="+l.lvPath(to), "bs=4M", "iflag=direct", "oflag=direct", "conv=fsync")
 	return err
 }
 

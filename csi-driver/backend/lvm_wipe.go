@@ -227,11 +227,14 @@ func (l *LVM) wipeAll(ctx context.Context) error {
 }
 
 // wipe zeroes LV name and removes it. blkdiscard --zeroout writes zeroes
-// (BLKZEROOUT); a plain discard need not zero.
+// (BLKZEROOUT); a plain discard need not zero. sync on the device (fsync)
+// flushes the disk's write cache before the extents are freed: zeroes
+// lost to a power cut would leave them holding the data for the next LV.
 func (l *LVM) wipe(ctx context.Context, name string) error {
 	for _, cmd := range [][]string{
 		{"lvchange", "--activate", "y", l.vg + "/" + name},
 		{"blkdiscard", "--zeroout", l.lvPath(name)},
+		{"sync", l.lvPath(name)},
 		{"lvremove", "--yes", l.vg + "/" + name},
 	} {
 		if _, err := l.run.Run(ctx, cmd[0], cmd[1:]...); err != nil {

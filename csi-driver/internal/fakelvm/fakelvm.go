@@ -21,6 +21,12 @@
 // snapshot was made, which is what its copy-on-write area holds once the
 // origin has been written.
 //
+// The disk has a volatile write cache: what dd and blkdiscard write is
+// lost at a power cut (PowerCut) until it is flushed, by dd's conv=fsync
+// or by sync on the LV's device (fsync), as on a disk that acknowledges
+// writes from its cache. lvm2's metadata (LVs, tags) and what WriteLV
+// writes (a pod that syncs) survive it.
+//
 // A thick snapshot's copy-on-write area fills as the kernel's persistent
 // exception store does (drivers/md/dm-snap-persistent.c): one chunk of
 // header, then areas of one metadata chunk followed by the data chunks it
@@ -72,6 +78,9 @@ type VG struct {
 	data [][]byte
 	// used marks the extents an LV holds.
 	used []bool
+	// unflushed holds, for each extent written by dd or blkdiscard since
+	// its last flush, what it held before: what a power cut brings back.
+	unflushed map[int][]byte
 }
 
 // LV is one logical volume.
@@ -110,7 +119,35 @@ type LV struct {
 func New(size int64) *VG {
 	n := size / ExtentSize
 	return &VG{Size: size, Free: n * ExtentSize, LVs: map[string]*LV{}, Fail: map[string]error{},
-		data: make([][]byte, n), used: make([]bool, n)}
+		data: make([][]byte, n), used: make([]bool, n), unflushed: map[int][]byte{}}
+}
+
+// PowerCut loses what the disk's write cache held: every extent written
+// by dd or blkdiscard and not flushed since holds what it held before.
+func (f *VG) PowerCut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for e, was := range f.unflushed {
+		f.data[e] = was
+	}
+	clear(f.unflushed)
+}
+
+// cached notes that lv's extents are about to be written through the
+// disk's write cache.
+func (f *VG) cached(lv *LV) {
+	for _, e := range lv.extents {
+		if _, ok := f.unflushed[e]; !ok {
+			f.unflushed[e] = slices.Clone(f.data[e])
+		}
+	}
+}
+
+// flush writes lv's extents out of the disk's write cache.
+func (f *VG) flush(lv *LV) {
+	for _, e := range lv.extents {
+		delete(f.unflushed, e)
+	}
 }
 
 // Create makes an active LV of size bytes with tags, as lvcreate does; a
@@ -375,7 +412,14 @@ func (f *VG) run(name string, args []string) (string, error) {
 			data := f.read(from)
 			n := min(int64(len(data)), to.Size)
 			f.copyOnWrite(toName, 0, n)
+			f.cached(to)
 			f.write(to, 0, data[:n])
+			if slices.ContainsFunc(args, func(a string) bool {
+				conv, ok := strings.CutPrefix(a, "conv=")
+				return ok && slices.Contains(strings.Split(conv, ","), "fsync")
+			}) {
+				f.flush(to)
+			}
 		}
 	case "blkdiscard":
 		// Only --zeroout is sure to zero; what a plain discard leaves
@@ -389,9 +433,20 @@ func (f *VG) run(name string, args []string) (string, error) {
 		}
 		if has("--zeroout") || has("-z") {
 			f.copyOnWrite(path.Base(last), 0, v.Size)
+			f.cached(v)
 			for _, e := range v.extents {
 				f.data[e] = nil
 			}
+		}
+	case "sync":
+		// coreutils' sync FILE: fsync, which flushes a block device's
+		// write cache.
+		for _, dev := range args {
+			v := f.LVs[path.Base(dev)]
+			if v == nil || v.Inactive || path.Dir(dev) != "/dev/"+Name {
+				return "", fmt.Errorf("sync: error opening '%s': No such file or directory", dev)
+			}
+			f.flush(v)
 		}
 	case "blockdev":
 		v := f.LVs[path.Base(last)]
