@@ -46,6 +46,10 @@ type File struct {
 	volumesDev atomic.Uint64
 	// reflink is the reflink probe's answer (hasReflink).
 	reflink atomic.Int32
+	// copiesOnWrite says that the volume directory's filesystem copies
+	// every overwrite (btrfs), set at Start: its data files are made
+	// NOCOW (writeInPlace).
+	copiesOnWrite atomic.Bool
 	// claimed says that the state directory's disk record names this
 	// disk (claimStateDir).
 	claimed atomic.Bool
@@ -107,6 +111,11 @@ func (f *File) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("stat %s: %w", f.volumes, err)
 	}
 	f.volumesDev.Store(st.Dev)
+	var fs unix.Statfs_t
+	if err := unix.Statfs(f.volumes, &fs); err != nil {
+		return fmt.Errorf("statfs %s: %w", f.volumes, err)
+	}
+	f.copiesOnWrite.Store(fs.Type == unix.BTRFS_SUPER_MAGIC)
 	if err := f.lockDisk(); err != nil {
 		if errors.Is(err, ErrServedByAnotherProcess) {
 			// The process holding the disk may be one hung on it.
@@ -475,8 +484,10 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		}
 		source = f.volumeFile(req.FromVolume)
 	}
-	if source != "" && !f.hasReflink() {
-		return nil, fmt.Errorf("copying %s: %w: the filesystem has no reflink", source, ErrUnsupported)
+	if source != "" {
+		if err := f.canCopy(); err != nil {
+			return nil, fmt.Errorf("copying %s: %w", source, err)
+		}
 	}
 	vol := &Volume{
 		Key: req.Key, Name: req.Name, SizeBytes: req.SizeBytes,
@@ -561,6 +572,11 @@ func (f *File) makeDataFile(ctx context.Context, path, source string, size, need
 		if out, err = os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err != nil {
 			return fmt.Errorf("creating data file: %w", err)
 		}
+		if f.copiesOnWrite.Load() {
+			if err := writeInPlace(out, source); err != nil {
+				return err
+			}
+		}
 		return fillDataFile(out, source, size)
 	})
 	if err != nil {
@@ -575,6 +591,41 @@ func (f *File) makeDataFile(ctx context.Context, path, source string, size, need
 		return nil, 0, fmt.Errorf("data file: %w", err)
 	}
 	return out, st.Size(), nil
+}
+
+// fsNoCOWFlag is FS_NOCOW_FL (linux/fs.h), which golang.org/x/sys lacks.
+const fsNoCOWFlag = 0x00800000
+
+// writeInPlace makes the new, empty file out one whose overwrites are
+// written in place (FS_NOCOW_FL), on a filesystem that otherwise copies
+// every overwrite (btrfs): there a volume's preallocation holds only for
+// its first write, and once the disk is full the pod's next write over
+// its own data fails with ENOSPC. Only an empty file can be changed so. A
+// copy follows its source (btrfs reflinks only between files alike): one
+// of a volume made copy-on-write stays so.
+func writeInPlace(out *os.File, source string) error {
+	if source != "" {
+		in, err := os.OpenFile(source, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("opening source: %w", err)
+		}
+		flags, err := unix.IoctlGetUint32(int(in.Fd()), unix.FS_IOC_GETFLAGS)
+		in.Close()
+		if err != nil {
+			return fmt.Errorf("reading the flags of %s: %w", source, err)
+		}
+		if flags&fsNoCOWFlag == 0 {
+			return nil
+		}
+	}
+	flags, err := unix.IoctlGetUint32(int(out.Fd()), unix.FS_IOC_GETFLAGS)
+	if err == nil {
+		err = unix.IoctlSetPointerInt(int(out.Fd()), unix.FS_IOC_SETFLAGS, int(flags|fsNoCOWFlag))
+	}
+	if err != nil {
+		return fmt.Errorf("making data file %s NOCOW: %w", out.Name(), err)
+	}
+	return nil
 }
 
 // fillDataFile makes the new, empty file out a reflink copy of source when
@@ -882,12 +933,29 @@ func blankFile(path string) (bool, error) {
 // SupportsSnapshots implements Backend: only with reflink, because a full
 // copy of a large file would make CreateSnapshot take minutes and double the
 // space without the caller asking for it.
-func (f *File) SupportsSnapshots() bool { return f.hasReflink() }
+func (f *File) SupportsSnapshots() bool { return f.canCopy() == nil }
+
+// canCopy says why the disk makes no snapshots or copies of volumes, nil
+// when it does. They share their source's extents (reflink), which the
+// filesystem must be able to do; on one that copies every overwrite
+// (btrfs) the shared extents' first overwrite needs space that the
+// booking of a snapshot (written bytes, from statfs) was measured not to
+// guarantee: a pod's write over its own data failed with ENOSPC on a full
+// disk (TestVolumeOnBtrfsKeepsItsSpace).
+func (f *File) canCopy() error {
+	switch {
+	case f.copiesOnWrite.Load():
+		return fmt.Errorf("%w: btrfs cannot keep the space a shared extent's next write needs; use XFS for disks that take snapshots", ErrUnsupported)
+	case !f.hasReflink():
+		return fmt.Errorf("%w: the filesystem has no reflink", ErrUnsupported)
+	}
+	return nil
+}
 
 // CreateSnapshot implements Backend.
 func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error) {
-	if !f.hasReflink() {
-		return nil, fmt.Errorf("snapshot: %w: the filesystem has no reflink", ErrUnsupported)
+	if err := f.canCopy(); err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	src, err := f.GetVolume(ctx, sourceKey)
 	if err != nil {

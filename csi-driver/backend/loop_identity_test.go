@@ -1,8 +1,10 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,29 +20,8 @@ import (
 // must still be found, or DeleteVolume removes an attached volume's file
 // under its live device.
 func TestStateDirectoryOnItsOwnDevice(t *testing.T) {
-	testdisk.Require(t)
-	if _, err := os.Stat("/usr/bin/mkfs.btrfs"); err != nil {
-		if _, err := os.Stat("/sbin/mkfs.btrfs"); err != nil {
-			t.Skip("needs mkfs.btrfs (apt-get install -y btrfs-progs): a btrfs subvolume has a device number of its own")
-		}
-	}
+	mnt := btrfsDisk(t, "a btrfs subvolume has a device number of its own")
 	ctx := context.Background()
-	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, "disk.img"), filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if f, err := os.Create(img); err != nil {
-		t.Fatal(err)
-	} else {
-		f.Truncate(512 * mi)
-		f.Close()
-	}
-	disk := strings.TrimSpace(testdisk.Run(t, "losetup", "--find", "--show", img))
-	testdisk.DetachAtCleanup(t, disk)
-	testdisk.Run(t, "mkfs.btrfs", "-q", "-f", disk)
-	testdisk.Run(t, "mount", disk, mnt)
-	t.Cleanup(func() { testdisk.Teardown(t, mnt) })
 	testdisk.Run(t, "btrfs", "subvolume", "create", filepath.Join(mnt, stateDirName))
 
 	f := closing(t, NewFile(testDiskName, mnt, 0, nil))
@@ -96,4 +77,91 @@ func TestBackupCopyOnTheSameDiskIsNotTheVolume(t *testing.T) {
 	} else {
 		testdisk.DetachAtCleanup(t, dev)
 	}
+}
+
+// TestVolumeOnBtrfsKeepsItsSpace: on btrfs every overwrite is copied on
+// write, so a volume's preallocation held only for its first write: once
+// the disk was full (diskfit fills disks by design), the pod's next write
+// over its own data failed with ENOSPC, its filesystem with I/O errors.
+// The volumes' files are made NOCOW there (written in place, as on XFS
+// and ext4), so an overwrite needs no new space; snapshots and clones,
+// whose shared extents btrfs copies on the next write, are refused.
+func TestVolumeOnBtrfsKeepsItsSpace(t *testing.T) {
+	mnt := btrfsDisk(t, "the disk copies every overwrite")
+	ctx := context.Background()
+	if err := os.Mkdir(filepath.Join(mnt, stateDirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f := closing(t, NewFile(testDiskName, mnt, 0, nil))
+	if err := f.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(b byte) error {
+		data, err := os.OpenFile(f.volumeFile("v"), os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer data.Close()
+		if _, err := data.Write(bytes.Repeat([]byte{b}, int(64*mi))); err != nil {
+			return err
+		}
+		return data.Sync()
+	}
+	if err := write('a'); err != nil {
+		t.Fatalf("the pod's first write: %v", err)
+	}
+	// A snapshot would share the volume's extents, whose next overwrite
+	// needs space btrfs cannot be made to keep: refused.
+	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("snapshot of a volume on btrfs: %v, want ErrUnsupported", err)
+	}
+	if f.SupportsSnapshots() {
+		t.Error("a btrfs disk says it supports snapshots")
+	}
+	// Other volumes fill the disk.
+	for i := 0; ; i++ {
+		_, err := f.CreateVolume(ctx, CreateRequest{Key: fmt.Sprintf("fill%d", i), Name: "fill", SizeBytes: 16 * mi})
+		if errors.Is(err, ErrNoSpace) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := write('b'); err != nil {
+		t.Errorf("the pod's write over its own data on a full btrfs disk: %v", err)
+	}
+}
+
+// btrfsDisk makes a 512 MiB btrfs filesystem on a loop device, mounted
+// for the test, and returns its mount point; it skips the test, saying
+// why it needs btrfs, without mkfs.btrfs.
+func btrfsDisk(t *testing.T, why string) string {
+	t.Helper()
+	testdisk.Require(t)
+	if _, err := os.Stat("/usr/bin/mkfs.btrfs"); err != nil {
+		if _, err := os.Stat("/sbin/mkfs.btrfs"); err != nil {
+			t.Skipf("needs mkfs.btrfs (apt-get install -y btrfs-progs): %s", why)
+		}
+	}
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, "disk.img"), filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := os.Create(img); err != nil {
+		t.Fatal(err)
+	} else {
+		f.Truncate(512 * mi)
+		f.Close()
+	}
+	disk := strings.TrimSpace(testdisk.Run(t, "losetup", "--find", "--show", img))
+	testdisk.DetachAtCleanup(t, disk)
+	testdisk.Run(t, "mkfs.btrfs", "-q", "-f", disk)
+	testdisk.Run(t, "mount", disk, mnt)
+	t.Cleanup(func() { testdisk.Teardown(t, mnt) })
+	return mnt
 }
