@@ -919,12 +919,14 @@ func TestDeleteSnapshotKeepsASnapshotAnotherContentRefersTo(t *testing.T) {
 		{"a pre-provisioned content", []*unstructured.Unstructured{snapshotContent("content-shared", "only:snap", true)}, false},
 		{"a second content made for it", []*unstructured.Unstructured{snapshotContent("content-shared", "only:snap", false)}, false},
 		{"a content of another snapshot", []*unstructured.Unstructured{snapshotContent("content-other", "only:snap-other", true)}, true},
+		// kubectl delete of a content whose VolumeSnapshot still exists:
+		// it stays, held by its finalizer, and usable; the snapshotter
+		// deletes only a content its VolumeSnapshot's deletion marked.
+		{"a content deleted by hand, its VolumeSnapshot still there", []*unstructured.Unstructured{deletedByHand("content-shared", "only:snap")}, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			deleting := snapshotContent("content-deleting", "only:snap", false)
-			_ = unstructured.SetNestedField(deleting.Object, "Delete", "spec", "deletionPolicy")
-			deleting.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
-			deleting.SetFinalizers([]string{"snapshot.storage.kubernetes.io/volumesnapshotcontent-bound-protection"})
+			deleting := deletedByHand("content-deleting", "only:snap")
+			deleting.SetAnnotations(map[string]string{"snapshot.storage.kubernetes.io/volumesnapshot-being-deleted": "yes"})
 			e := newOrphanEnv(t, true, append([]*unstructured.Unstructured{deleting}, tt.others...)...)
 			vol := e.mustCreate(t, createReq("pvc-src", 300*mi)).VolumeId
 			e.snapshot(t, "snap", vol)
@@ -965,4 +967,16 @@ func TestDeleteSnapshotKeepsASnapshotAnotherContentRefersTo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deletedByHand is a content of a VolumeSnapshot, bound, deletionPolicy
+// Delete, with a deletion timestamp that its VolumeSnapshot's deletion did
+// not cause (no volumesnapshot-being-deleted annotation).
+func deletedByHand(name, handle string) *unstructured.Unstructured {
+	c := snapshotContent(name, handle, false)
+	_ = unstructured.SetNestedField(c.Object, "Delete", "spec", "deletionPolicy")
+	_ = unstructured.SetNestedMap(c.Object, map[string]any{"name": "snap-" + name, "namespace": "ns", "uid": "uid-snap-" + name}, "spec", "volumeSnapshotRef")
+	c.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
+	c.SetFinalizers([]string{"snapshot.storage.kubernetes.io/volumesnapshotcontent-bound-protection"})
+	return c
 }

@@ -168,9 +168,22 @@ func (d *Driver) snapshotStillReferred(ctx context.Context, id string) error {
 	}, id, contents)
 }
 
-// deletesItsSnapshot says that the snapshotter deletes c's snapshot: c is
-// being deleted with deletionPolicy Delete.
+// deletesItsSnapshot says that the snapshotter deletes c's snapshot, as
+// external-snapshotter v8's sidecar decides (shouldDelete): c is being
+// deleted with deletionPolicy Delete, and either is a pre-provisioned
+// content bound to no VolumeSnapshot, or its VolumeSnapshot's deletion
+// marked it (volumesnapshot-being-deleted) and it is not still being
+// created. A content deleted by hand while its VolumeSnapshot exists stays,
+// held by its finalizer, and usable: it keeps the snapshot.
 func deletesItsSnapshot(c *unstructured.Unstructured) bool {
 	policy, _, _ := unstructured.NestedString(c.Object, "spec", "deletionPolicy")
-	return c.GetDeletionTimestamp() != nil && policy == "Delete"
+	if c.GetDeletionTimestamp() == nil || policy != "Delete" {
+		return false
+	}
+	handle, _, _ := unstructured.NestedString(c.Object, "spec", "source", "snapshotHandle")
+	bound, _, _ := unstructured.NestedString(c.Object, "spec", "volumeSnapshotRef", "uid")
+	annotations := c.GetAnnotations()
+	_, creating := annotations["snapshot.storage.kubernetes.io/volumesnapshot-being-created"]
+	_, deleting := annotations["snapshot.storage.kubernetes.io/volumesnapshot-being-deleted"]
+	return handle != "" && bound == "" || !creating && deleting
 }
