@@ -60,7 +60,7 @@ func main() {
 		"on how many nodes at most (a number, or a percentage of the nodes with a DiskNode; at least one) disks may fail at once for claims of failed disks to be released")
 	o.lifecycle.MaxLostNodes = lifecycle.DefaultMaxLostNodes
 	fs.Var(intOrPercent{&o.lifecycle.MaxLostNodes}, "max-lost-nodes",
-		"how many nodes at most (a number, or a percentage of the nodes with a DiskNode; at least one) may go silent, their Node deleted, within 30 minutes of each other for their claims to be released")
+		"how many nodes holding volumes at most (a number, or a percentage of the nodes whose DiskNode reports volumes; at least one) may go silent, their Node deleted, within 30 minutes of each other for their claims to be released")
 	command.Run("diskfit-controller", fs, func(ctx context.Context) error { return run(ctx, o) })
 }
 

@@ -96,9 +96,9 @@ type Options struct {
 	// the nodes likely share the cause (a node config or driver rolled out
 	// to them), and nothing is released.
 	MaxNodesWithFailedDisks intstr.IntOrString
-	// MaxLostNodes is how many nodes (a number, or a percentage of the
-	// nodes with a DiskNode, rounded down; at least one) may be lost at
-	// once (within LossWindow of each other) for their claims to be
+	// MaxLostNodes is how many nodes holding volumes (a number, or a
+	// percentage of the nodes whose DiskNode reports volumes, rounded
+	// down; at least one) may be lost at once (within LossWindow of each other) for their claims to be
 	// released: beyond it one cause likely deleted their Node objects (a
 	// cloud controller that cannot see its instances, a script run
 	// against the wrong cluster) while the machines and their data may be
@@ -148,8 +148,9 @@ type Controller struct {
 	// toldHeld holds the lost nodes whose claims were told that their
 	// release is held.
 	toldHeld sets.Set[string]
-	// diskNodeCount is how many DiskNodes the last pass saw.
-	diskNodeCount int
+	// nodesWithVolumes is how many DiskNodes the last pass saw report
+	// volumes (lostnodes.go).
+	nodesWithVolumes int
 	// diskNodeGoneSince is when a pass first saw a DiskNode with an empty
 	// spec whose node seems gone (disknodes.go).
 	diskNodeGoneSince map[string]time.Time

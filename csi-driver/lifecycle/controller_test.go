@@ -765,12 +765,15 @@ func TestOwnerWhoOptedOutKeepsTheClaim(t *testing.T) {
 
 // thirtyNodes is 30 Nodes n1 to n30 with a DiskNode each, disk d0, and
 // the claims of a 3-replica StatefulSet, web-0 to web-2, with annotations,
-// on n1 to n3.
+// on n1 to n3, whose DiskNodes report the volume.
 func thirtyNodes(annotations map[string]string) (objs []runtime.Object, dns []*v1alpha1.DiskNode, replicas []string) {
 	for i := 1; i <= 30; i++ {
 		n := "n" + strconv.Itoa(i)
 		objs = append(objs, node(n))
 		dns = append(dns, diskNode(n, "d0"))
+	}
+	for _, dn := range dns[:3] {
+		dn.Status.Disks[0].VolumeCount = 1
 	}
 	replicas = []string{"web-0", "web-1", "web-2"}
 	for i, name := range replicas {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
+	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 )
 
 // LossWindow is how close in time nodes must go silent to count as lost
@@ -29,10 +30,13 @@ const LossWindow = 30 * time.Minute
 // When a node went silent is its DiskNode's last report: it is kept in the
 // API, so a restarted controller (an upgrade, a new leader) tells the
 // nodes lost at once from those retired long ago, whose DiskNodes stay for
-// the cordon in their spec. Only gone nodes with a DiskNode count, besides
-// the node itself (one without gets the time a pass first saw it gone):
-// their DiskNodes stay while some of them have claims to release
-// (tidyDiskNodes), so the count stays as long as the loss.
+// the cordon in their spec. Only gone nodes count whose DiskNode's last
+// report held volumes, besides the node itself (one without a DiskNode
+// gets the time a pass first saw it gone): an empty node removed (an
+// autoscaler's scale-down) lost nothing anyone needs, and the limit is a
+// share of the nodes that hold volumes. Their DiskNodes stay while some
+// of them have claims to release (tidyDiskNodes), so the count stays as
+// long as the loss.
 
 // losses returns, for each node that seems gone (seemsGone) of a DiskNode
 // or of a claim's volume, when it went silent, and which have a DiskNode.
@@ -43,7 +47,12 @@ func (c *Controller) losses(claims map[diskfit.Location][]Claim) (map[string]los
 	}
 	now := c.opts.Clock.Now()
 	out := map[string]loss{}
+	c.nodesWithVolumes = 0
 	for _, dn := range dns {
+		counted := holdsVolumes(dn)
+		if counted {
+			c.nodesWithVolumes++
+		}
 		if !c.seemsGone(dn.Name) {
 			continue
 		}
@@ -51,7 +60,7 @@ func (c *Controller) losses(claims map[diskfit.Location][]Claim) (map[string]los
 		if at.IsZero() {
 			at = dn.CreationTimestamp.Time
 		}
-		out[dn.Name] = loss{silentSince: at, diskNode: true}
+		out[dn.Name] = loss{silentSince: at, diskNode: true, counted: counted}
 	}
 	for loc := range claims {
 		if _, ok := out[loc.Node]; ok || !c.seemsGone(loc.Node) {
@@ -67,23 +76,29 @@ func (c *Controller) losses(claims map[diskfit.Location][]Claim) (map[string]los
 			delete(c.firstSeenGone, name)
 		}
 	}
-	c.diskNodeCount = len(dns)
 	return out, nil
 }
 
-// loss is a node that seems gone.
-type loss struct {
-	silentSince time.Time
-	diskNode    bool
+// holdsVolumes says whether dn's last report counted volumes on a disk.
+func holdsVolumes(dn *v1alpha1.DiskNode) bool {
+	return slices.ContainsFunc(dn.Status.Disks, func(d v1alpha1.DiskStatus) bool { return d.VolumeCount > 0 })
 }
 
-// lostWith returns the nodes with a DiskNode that went silent within
-// LossWindow of node, and node itself, sorted.
+// loss is a node that seems gone: since when, whether it has a DiskNode,
+// and whether it counts towards MaxLostNodes (its DiskNode's last report
+// held volumes).
+type loss struct {
+	silentSince       time.Time
+	diskNode, counted bool
+}
+
+// lostWith returns the nodes counted that went silent within LossWindow
+// of node, and node itself, sorted.
 func lostWith(node string, losses map[string]loss) []string {
 	at := losses[node].silentSince
 	var out []string
 	for name, l := range losses {
-		if name == node || l.diskNode && l.silentSince.Sub(at).Abs() <= LossWindow {
+		if name == node || l.counted && l.silentSince.Sub(at).Abs() <= LossWindow {
 			out = append(out, name)
 		}
 	}
@@ -96,15 +111,15 @@ func lostWith(node string, losses map[string]loss) []string {
 func (c *Controller) heldWith(node string, losses map[string]loss) string {
 	at := lostWith(node, losses)
 	limit := c.opts.MaxLostNodes
-	n, _ := intstr.GetScaledValueFromIntOrPercent(&limit, c.diskNodeCount, false) // Validate checked it
+	n, _ := intstr.GetScaledValueFromIntOrPercent(&limit, c.nodesWithVolumes, false) // Validate checked it
 	n = max(n, 1)
 	if len(at) <= n {
 		return ""
 	}
-	return fmt.Sprintf("%d nodes went silent, their Node deleted, within %s of each other (%s), more than %d (--max-lost-nodes %s of %d nodes): "+
+	return fmt.Sprintf("%d nodes holding volumes went silent, their Node deleted, within %s of each other (%s), more than %d (--max-lost-nodes %s of %d nodes holding volumes): "+
 		"one cause deleting their Node objects (a cloud controller that cannot see its instances, a script) is likelier than so many lost machines, "+
 		"and releasing would recreate every replica of a workload at once",
-		len(at), LossWindow, strings.Join(at, ", "), n, limit.String(), c.diskNodeCount)
+		len(at), LossWindow, strings.Join(at, ", "), n, limit.String(), c.nodesWithVolumes)
 }
 
 // tellNodeHeld puts a Warning event on each opted-in claim of a lost
@@ -128,6 +143,9 @@ func (c *Controller) tellNodeHeld(name string, since time.Time, claims []Claim, 
 // counts towards holding the claims of a node lost at once with it: one in
 // lostWith(node) that has opted-in claims and is held.
 func (c *Controller) keepsCount(node string, losses map[string]loss, claims map[diskfit.Location][]Claim) bool {
+	if !losses[node].counted {
+		return false
+	}
 	for _, other := range lostWith(node, losses) {
 		if hasOptedIn(other, claims) && c.heldWith(other, losses) != "" {
 			return true

@@ -351,3 +351,26 @@ func TestNodesDeletedOneByOneReleaseLittle(t *testing.T) {
 		t.Errorf("claim %s released after 4 nodes were deleted within %s, one every 100 s", replicas[2], LossWindow)
 	}
 }
+
+// TestAnEmptyNodeRemovedHoldsNoRelease: in a 15-node cluster (at most one
+// node lost at once) the autoscaler removes n15, which holds no volume;
+// ten minutes later n1, holding web-0, is lost. n15 lost nothing anyone
+// needs: web-0 is released a grace time later. Before, n15 counted, each
+// kept the other held, and web-0 waited for ever.
+func TestAnEmptyNodeRemovedHoldsNoRelease(t *testing.T) {
+	objs, dns, _ := thirtyNodes(nodeDeletionAnnotation)
+	objs, dns = objs[:15], dns[:15]
+	objs = append(objs, claim("web-0", plainClass, "n1", "d0", nodeDeletionAnnotation)...)
+	e := newEnv(t, objs, dns...)
+	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
+	e.c.Pass(e.ctx)
+	if err := e.client.CoreV1().Nodes().Delete(e.ctx, "n15", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.silent["n15"] = true
+	e.nodesInCache(14)
+	for range 10 {
+		e.step(time.Minute)
+	}
+	e.loseN1WantWeb0Released("n15, removed 10 minutes before, held no volume")
+}
