@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -484,8 +485,10 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 		}
 		source = f.volumeFile(req.FromVolume)
 	}
+	var byteCopy bool
 	if source != "" {
-		if err := f.canCopy(); err != nil {
+		var err error
+		if byteCopy, err = f.howToCopy(req.FromVolume != ""); err != nil {
 			return nil, fmt.Errorf("copying %s: %w", source, err)
 		}
 	}
@@ -513,7 +516,7 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 	if st, err := os.Stat(source); source != "" && err == nil {
 		book = max(book, st.Size())
 	}
-	data, size, err := f.makeDataFile(ctx, f.volumeFile(req.Key), source, req.SizeBytes, book)
+	data, size, err := f.makeDataFile(ctx, f.volumeFile(req.Key), source, byteCopy, req.SizeBytes, book)
 	if err != nil {
 		if rerr := f.removePair(ctx, f.volumes, req.Key); rerr != nil {
 			return nil, errors.Join(err, rerr)
@@ -564,7 +567,7 @@ func (f *File) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, er
 // so at once), and syncing under the guard would make concurrent
 // creations on the disk wait for each other's sync instead of sharing the
 // filesystem's log writes.
-func (f *File) makeDataFile(ctx context.Context, path, source string, size, need int64) (*os.File, int64, error) {
+func (f *File) makeDataFile(ctx context.Context, path, source string, byteCopy bool, size, need int64) (*os.File, int64, error) {
 	var out *os.File
 	err := f.space.allocate(ctx, f.Usage, need, func() error {
 		defer f.cow.invalidate() // a copy shares its source's extents
@@ -573,11 +576,15 @@ func (f *File) makeDataFile(ctx context.Context, path, source string, size, need
 			return fmt.Errorf("creating data file: %w", err)
 		}
 		if f.copiesOnWrite.Load() {
-			if err := writeInPlace(out, source); err != nil {
+			shares := source
+			if byteCopy {
+				shares = ""
+			}
+			if err := writeInPlace(out, shares); err != nil {
 				return err
 			}
 		}
-		return fillDataFile(out, source, size)
+		return fillDataFile(out, source, byteCopy, size)
 	})
 	if err != nil {
 		if out != nil {
@@ -628,18 +635,28 @@ func writeInPlace(out *os.File, source string) error {
 	return nil
 }
 
-// fillDataFile makes the new, empty file out a reflink copy of source when
-// source is set, and allocates it to size when size is positive.
-func fillDataFile(out *os.File, source string, size int64) error {
+// fillDataFile makes the new, empty file out a copy of source when source
+// is set, a reflink one or, with byteCopy, one of its bytes, and allocates
+// it to size when size is positive.
+func fillDataFile(out *os.File, source string, byteCopy bool, size int64) error {
 	if source != "" {
 		in, err := os.OpenFile(source, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 		if err != nil {
 			return fmt.Errorf("opening source: %w", err)
 		}
-		err = unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
+		if byteCopy {
+			// Plain reads and writes: copy_file_range, which io.Copy
+			// would use, may share the extents after all.
+			_, err = io.CopyBuffer(struct{ io.Writer }{out}, struct{ io.Reader }{in}, make([]byte, 1<<20))
+		} else {
+			err = unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
+		}
 		in.Close()
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			return fmt.Errorf("copying %s: %w: %w", source, ErrNoSpace, err)
+		}
 		if err != nil {
-			return fmt.Errorf("reflink copy of %s: %w", source, err)
+			return fmt.Errorf("copying %s: %w", source, err)
 		}
 	}
 	if size <= 0 {
@@ -933,28 +950,32 @@ func blankFile(path string) (bool, error) {
 // SupportsSnapshots implements Backend: only with reflink, because a full
 // copy of a large file would make CreateSnapshot take minutes and double the
 // space without the caller asking for it.
-func (f *File) SupportsSnapshots() bool { return f.canCopy() == nil }
+func (f *File) SupportsSnapshots() bool { return f.hasReflink() }
 
-// canCopy says why the disk makes no snapshots or copies of volumes, nil
-// when it does. They share their source's extents (reflink), which the
-// filesystem must be able to do; on one that copies every overwrite
-// (btrfs) the shared extents' first overwrite needs space that the
-// booking of a snapshot (written bytes, from statfs) was measured not to
-// guarantee: a pod's write over its own data failed with ENOSPC on a full
-// disk (TestVolumeOnBtrfsKeepsItsSpace).
-func (f *File) canCopy() error {
+// howToCopy says how the disk copies a volume (for a snapshot or a clone,
+// live: ofVolume) or a snapshot (a restore): as a reflink, sharing the
+// source's extents, or as a copy of its bytes (byteCopy); an error when it
+// cannot. Without reflink it cannot. On a filesystem that copies every
+// overwrite (btrfs) a shared extent's first overwrite needs space that
+// the booking of a snapshot (written bytes, from statfs) was measured not
+// to guarantee: a pod's write over its own data failed with ENOSPC on a
+// full disk (TestVolumeOnBtrfsKeepsItsSpace). There a snapshot (still
+// there from before) is restored as a copy of its bytes, which a snapshot
+// does not change, into a NOCOW file; a live volume is not copied at all,
+// as a copy of its bytes would not be one instant's.
+func (f *File) howToCopy(ofVolume bool) (byteCopy bool, err error) {
 	switch {
-	case f.copiesOnWrite.Load():
-		return fmt.Errorf("%w: btrfs cannot keep the space a shared extent's next write needs; use XFS for disks that take snapshots", ErrUnsupported)
 	case !f.hasReflink():
-		return fmt.Errorf("%w: the filesystem has no reflink", ErrUnsupported)
+		return false, fmt.Errorf("%w: the filesystem has no reflink", ErrUnsupported)
+	case f.copiesOnWrite.Load() && ofVolume:
+		return false, fmt.Errorf("%w: btrfs cannot keep the space a shared extent's next write needs; use XFS for disks that take snapshots", ErrUnsupported)
 	}
-	return nil
+	return f.copiesOnWrite.Load(), nil
 }
 
 // CreateSnapshot implements Backend.
 func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error) {
-	if err := f.canCopy(); err != nil {
+	if _, err := f.howToCopy(true); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	src, err := f.GetVolume(ctx, sourceKey)
@@ -978,7 +999,7 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	var data *os.File
 	if err == nil {
 		var size int64
-		data, size, err = f.makeDataFile(ctx, f.snapshotFile(key), f.volumeFile(sourceKey), 0, written)
+		data, size, err = f.makeDataFile(ctx, f.snapshotFile(key), f.volumeFile(sourceKey), false, 0, written)
 		snap.SizeBytes = max(snap.SizeBytes, size)
 	}
 	if err == nil {

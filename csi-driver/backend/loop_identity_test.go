@@ -96,6 +96,7 @@ func TestVolumeOnBtrfsKeepsItsSpace(t *testing.T) {
 	if err := f.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	restoreMadeBefore(ctx, t, f)
 	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 64 * mi}); err != nil {
 		t.Fatal(err)
 	}
@@ -113,14 +114,15 @@ func TestVolumeOnBtrfsKeepsItsSpace(t *testing.T) {
 	if err := write('a'); err != nil {
 		t.Fatalf("the pod's first write: %v", err)
 	}
-	// A snapshot would share the volume's extents, whose next overwrite
-	// needs space btrfs cannot be made to keep: refused.
+	// A snapshot or clone would share the volume's extents, whose next
+	// overwrite needs space btrfs cannot be made to keep: refused.
 	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("snapshot of a volume on btrfs: %v, want ErrUnsupported", err)
 	}
-	if f.SupportsSnapshots() {
-		t.Error("a btrfs disk says it supports snapshots")
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "clone", Name: "clone", SizeBytes: 64 * mi, FromVolume: "v"}); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("clone of a volume on btrfs: %v, want ErrUnsupported", err)
 	}
+
 	// Other volumes fill the disk.
 	for i := 0; ; i++ {
 		_, err := f.CreateVolume(ctx, CreateRequest{Key: fmt.Sprintf("fill%d", i), Name: "fill", SizeBytes: 16 * mi})
@@ -164,4 +166,39 @@ func btrfsDisk(t *testing.T, why string) string {
 	testdisk.Run(t, "mount", disk, mnt)
 	t.Cleanup(func() { testdisk.Teardown(t, mnt) })
 	return mnt
+}
+
+// restoreMadeBefore checks, on a btrfs disk, that a snapshot made before
+// the driver refused them there (of a volume made copy-on-write then) is
+// restored as a copy of its bytes, written in place: the snapshotter
+// still calls the driver for it (snapshots stay supported), and the
+// restore shares nothing. It removes what it made.
+func restoreMadeBefore(ctx context.Context, t *testing.T, f *File) {
+	t.Helper()
+	f.copiesOnWrite.Store(false)
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "before", Name: "before", SizeBytes: 32 * mi}); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte{'p'}, int(32*mi))
+	if err := os.WriteFile(f.volumeFile("before"), want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.CreateSnapshot(ctx, "old", "old", "before"); err != nil {
+		t.Fatal(err)
+	}
+	f.copiesOnWrite.Store(true)
+	if !f.SupportsSnapshots() {
+		t.Error("a btrfs disk with snapshots says it supports none: the snapshotter would stop")
+	}
+	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "restored", Name: "restored", SizeBytes: 32 * mi, FromSnapshot: "old"}); err != nil {
+		t.Fatalf("restoring a snapshot on btrfs: %v", err)
+	}
+	if got, err := os.ReadFile(f.volumeFile("restored")); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the restore does not hold the snapshot's data (err %v)", err)
+	}
+	for _, err := range []error{f.DeleteVolume(ctx, "restored"), f.DeleteSnapshot(ctx, "old"), f.DeleteVolume(ctx, "before")} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
