@@ -27,8 +27,8 @@ const LossWindow = 30 * time.Minute
 // if at most MaxLostNodes nodes, itself among them, went silent within
 // LossWindow of it.
 //
-// When a node went silent is its DiskNode's last report: it is kept in the
-// API, so a restarted controller (an upgrade, a new leader) tells the
+// When a node went silent is its DiskNode's last report (lastReport, by
+// the API server's clock): it is kept in the API, so a restarted controller (an upgrade, a new leader) tells the
 // nodes lost at once from those retired long ago, whose DiskNodes stay for
 // the cordon in their spec. Only gone nodes count whose DiskNode's last
 // report held volumes, besides the node itself (one without a DiskNode
@@ -56,11 +56,7 @@ func (c *Controller) losses(claims map[diskfit.Location][]Claim) (map[string]los
 		if !c.seemsGone(dn.Name) {
 			continue
 		}
-		at := dn.Status.ObservedTime.Time
-		if at.IsZero() {
-			at = dn.CreationTimestamp.Time
-		}
-		out[dn.Name] = loss{silentSince: at, diskNode: true, counted: counted}
+		out[dn.Name] = loss{silentSince: lastReport(dn), diskNode: true, counted: counted}
 	}
 	for loc := range claims {
 		if _, ok := out[loc.Node]; ok || !c.seemsGone(loc.Node) {
@@ -77,6 +73,26 @@ func (c *Controller) losses(claims map[diskfit.Location][]Claim) (map[string]los
 		}
 	}
 	return out, nil
+}
+
+// lastReport is when dn's status was last written: by the API server's
+// clock (the time of its status's managedFields entry), so that a node
+// whose clock is off is not counted with the wrong neighbours; else by the
+// node's (observedTime); else when dn was made.
+func lastReport(dn *v1alpha1.DiskNode) time.Time {
+	var at time.Time
+	for _, f := range dn.ManagedFields {
+		if f.Subresource == "status" && f.Time != nil && f.Time.After(at) {
+			at = f.Time.Time
+		}
+	}
+	if at.IsZero() {
+		at = dn.Status.ObservedTime.Time
+	}
+	if at.IsZero() {
+		at = dn.CreationTimestamp.Time
+	}
+	return at
 }
 
 // holdsVolumes says whether dn's last report counted volumes on a disk.

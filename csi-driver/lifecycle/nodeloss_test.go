@@ -374,3 +374,29 @@ func TestAnEmptyNodeRemovedHoldsNoRelease(t *testing.T) {
 	}
 	e.loseN1WantWeb0Released("n15, removed 10 minutes before, held no volume")
 }
+
+// TestNodeWhoseClockIsAheadIsCountedByTheAPIServersTime: n2, holding a
+// volume, went silent two hours ago, but its clock runs two hours ahead,
+// so its DiskNode's observedTime says now. When n1, holding web-0, is
+// lost, the two are not lost at once: web-0 is released a grace time
+// later. When a node went silent is the API server's time of its last
+// status write (the status's managedFields entry), not the node's clock.
+func TestNodeWhoseClockIsAheadIsCountedByTheAPIServersTime(t *testing.T) {
+	objs, dns, _ := thirtyNodes(nodeDeletionAnnotation)
+	objs, dns = objs[:20], dns[:20]
+	objs = append(objs, claim("web-0", plainClass, "n1", "d0", nodeDeletionAnnotation)...)
+	e := newEnv(t, objs, dns...)
+	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
+	e.c.Pass(e.ctx)
+	if err := e.client.CoreV1().Nodes().Delete(e.ctx, "n2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n2 := dns[1]
+	written := metav1.NewTime(e.clock.Now().Add(-2 * time.Hour))
+	n2.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "diskfit-csi", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: &written}}
+	n2.Status.ObservedTime = metav1.NewTime(e.clock.Now())
+	e.setDiskNode(n2)
+	e.silent["n2"] = true
+	e.nodesInCache(19)
+	e.loseN1WantWeb0Released("n2 went silent two hours before, by the API server's clock")
+}
