@@ -358,16 +358,8 @@ func TestNodesDeletedOneByOneReleaseLittle(t *testing.T) {
 // needs: web-0 is released a grace time later. Before, n15 counted, each
 // kept the other held, and web-0 waited for ever.
 func TestAnEmptyNodeRemovedHoldsNoRelease(t *testing.T) {
-	objs, dns, _ := thirtyNodes(nodeDeletionAnnotation)
-	objs, dns = objs[:15], dns[:15]
-	objs = append(objs, claim("web-0", plainClass, "n1", "d0", nodeDeletionAnnotation)...)
-	e := newEnv(t, objs, dns...)
-	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
-	e.c.Pass(e.ctx)
-	if err := e.client.CoreV1().Nodes().Delete(e.ctx, "n15", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e.silent["n15"] = true
+	e, _ := web0OnN1(t, 15)
+	e.removeNode("n15")
 	e.nodesInCache(14)
 	for range 10 {
 		e.step(time.Minute)
@@ -382,21 +374,36 @@ func TestAnEmptyNodeRemovedHoldsNoRelease(t *testing.T) {
 // later. When a node went silent is the API server's time of its last
 // status write (the status's managedFields entry), not the node's clock.
 func TestNodeWhoseClockIsAheadIsCountedByTheAPIServersTime(t *testing.T) {
-	objs, dns, _ := thirtyNodes(nodeDeletionAnnotation)
-	objs, dns = objs[:20], dns[:20]
-	objs = append(objs, claim("web-0", plainClass, "n1", "d0", nodeDeletionAnnotation)...)
-	e := newEnv(t, objs, dns...)
-	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
-	e.c.Pass(e.ctx)
-	if err := e.client.CoreV1().Nodes().Delete(e.ctx, "n2", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e, dns := web0OnN1(t, 20)
+	e.removeNode("n2")
 	n2 := dns[1]
 	written := metav1.NewTime(e.clock.Now().Add(-2 * time.Hour))
 	n2.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "diskfit-csi", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: &written}}
 	n2.Status.ObservedTime = metav1.NewTime(e.clock.Now())
 	e.setDiskNode(n2)
-	e.silent["n2"] = true
 	e.nodesInCache(19)
 	e.loseN1WantWeb0Released("n2 went silent two hours before, by the API server's clock")
+}
+
+// web0OnN1 is a cluster of the first n of thirtyNodes' nodes, web-0 on n1
+// asking to be released with its node, at most 10% of the nodes holding
+// volumes lost at once, after a first pass.
+func web0OnN1(t *testing.T, n int) (*env, []*v1alpha1.DiskNode) {
+	t.Helper()
+	objs, dns, _ := thirtyNodes(nodeDeletionAnnotation)
+	objs, dns = objs[:n], dns[:n]
+	objs = append(objs, claim("web-0", plainClass, "n1", "d0", nodeDeletionAnnotation)...)
+	e := newEnv(t, objs, dns...)
+	e.c.opts.MaxLostNodes = DefaultMaxLostNodes
+	e.c.Pass(e.ctx)
+	return e, dns
+}
+
+// removeNode deletes Node name and silences its driver.
+func (e *env) removeNode(name string) {
+	e.t.Helper()
+	if err := e.client.CoreV1().Nodes().Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.silent[name] = true
 }
