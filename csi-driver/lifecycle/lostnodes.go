@@ -28,9 +28,10 @@ const LossWindow = 30 * time.Minute
 // LossWindow of it.
 //
 // When a node went silent is its DiskNode's last report (lastReport, by
-// the API server's clock): it is kept in the API, so a restarted controller (an upgrade, a new leader) tells the
-// nodes lost at once from those retired long ago, whose DiskNodes stay for
-// the cordon in their spec. Only gone nodes count whose DiskNode's last
+// the API server's clock): it is kept in the API, so a restarted
+// controller (an upgrade, a new leader) tells the nodes lost at once from
+// those retired long ago, whose DiskNodes stay for the cordon in their
+// spec. Only gone nodes count whose DiskNode's last
 // report held volumes, besides the node itself (one without a DiskNode
 // gets the time a pass first saw it gone): an empty node removed (an
 // autoscaler's scale-down) lost nothing anyone needs, and the limit is a
@@ -39,7 +40,8 @@ const LossWindow = 30 * time.Minute
 // long as the loss.
 
 // losses returns, for each node that seems gone (seemsGone) of a DiskNode
-// or of a claim's volume, when it went silent, and which have a DiskNode.
+// or of a claim's volume, when it went silent and whether it counts, and
+// counts the nodes whose DiskNode reports volumes (nodesWithVolumes).
 func (c *Controller) losses(claims map[diskfit.Location][]Claim) (map[string]loss, error) {
 	dns, err := c.diskNodes.List(labels.Everything())
 	if err != nil {
