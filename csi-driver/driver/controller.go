@@ -328,22 +328,20 @@ func (d *Driver) stillReferred(ctx context.Context, id string) error {
 	if d.cfg.Orphans == nil {
 		return nil
 	}
-	pvs, err := d.cfg.Orphans.PVsOf(ctx, id)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "volume %s not deleted: cannot tell whether another PV refers to it: %v", id, err)
-	}
 	return callOffWhileReferred(ctx, referrers[*corev1.PersistentVolume]{
-		what: "volume", kind: "PersistentVolume", policy: "reclaim policy Retain",
+		what: "volume", kind: "PersistentVolume", policy: "reclaim policy Retain", list: d.cfg.Orphans.PVsOf,
 		asks: deletesItsVolume, name: func(pv *corev1.PersistentVolume) string { return pv.Name }, retain: d.cfg.Orphans.Retain,
-	}, id, pvs)
+	}, id)
 }
 
 // referrers is what may refer to a volume or a snapshot (PVs,
 // VolumeSnapshotContents) for callOffWhileReferred: what is deleted, the
-// objects' kind, the policy that calls a deletion off, which objects ask
-// for the deletion, their names and how to set that policy.
+// objects' kind, the policy that calls a deletion off, how to list the
+// objects that refer to it, which ask for the deletion, their names and
+// how to set that policy.
 type referrers[T any] struct {
 	what, kind, policy string
+	list               func(context.Context, string) ([]T, error)
 	asks               func(T) bool
 	name               func(T) string
 	retain             func(context.Context, T) error
@@ -354,8 +352,12 @@ type referrers[T any] struct {
 // otherwise it is refused, FailedPrecondition naming the others, and
 // called off for good: those that asked get the policy that keeps the
 // volume or snapshot (r.retain), so that no retry deletes it once the
-// others are gone.
-func callOffWhileReferred[T any](ctx context.Context, r referrers[T], id string, objs []T) error {
+// others are gone. Unavailable when it cannot tell.
+func callOffWhileReferred[T any](ctx context.Context, r referrers[T], id string) error {
+	objs, err := r.list(ctx, id)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "%s %s not deleted: cannot tell whether another %s refers to it: %v", r.what, id, r.kind, err)
+	}
 	var keeping, deleting []T
 	for _, o := range objs {
 		if r.asks(o) {

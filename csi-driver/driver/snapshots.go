@@ -158,14 +158,10 @@ func (d *Driver) snapshotStillReferred(ctx context.Context, id string) error {
 	if d.cfg.Orphans == nil {
 		return nil
 	}
-	contents, err := d.cfg.Orphans.ContentsOf(ctx, id)
-	if err != nil {
-		return status.Errorf(codes.Unavailable, "snapshot %s not deleted: cannot tell whether another VolumeSnapshotContent refers to it: %v", id, err)
-	}
 	return callOffWhileReferred(ctx, referrers[*unstructured.Unstructured]{
-		what: "snapshot", kind: "VolumeSnapshotContent", policy: "deletionPolicy Retain",
+		what: "snapshot", kind: "VolumeSnapshotContent", policy: "deletionPolicy Retain", list: d.cfg.Orphans.ContentsOf,
 		asks: deletesItsSnapshot, name: (*unstructured.Unstructured).GetName, retain: d.cfg.Orphans.RetainContent,
-	}, id, contents)
+	}, id)
 }
 
 // deletesItsSnapshot says that the snapshotter deletes c's snapshot, as

@@ -148,9 +148,6 @@ type Controller struct {
 	// toldHeld holds the lost nodes whose claims were told that their
 	// release is held.
 	toldHeld sets.Set[string]
-	// nodesWithVolumes is how many DiskNodes the last pass saw report
-	// volumes (lostnodes.go).
-	nodesWithVolumes int
 	// diskNodeGoneSince is when a pass first saw a DiskNode with an empty
 	// spec whose node seems gone (disknodes.go).
 	diskNodeGoneSince map[string]time.Time
@@ -275,9 +272,18 @@ func (c *Controller) Pass(ctx context.Context) {
 		logger.Error(err, "Listing the claims on diskfit volumes")
 		return
 	}
-	c.releaseLostNodes(ctx, claims)
+	lost, err := c.losses(claims)
+	if err != nil {
+		// Without them no lost node's claim is released, and no DiskNode
+		// of a gone node is deleted.
+		logger.Error(err, "Listing DiskNodes")
+	} else {
+		c.releaseLostNodes(ctx, claims, lost)
+	}
 	c.releaseFailedDisks(ctx, claims)
-	c.tidyDiskNodes(ctx, claims)
+	if err == nil {
+		c.tidyDiskNodes(ctx, claims, lost)
+	}
 }
 
 // claimsByDisk returns the bound claims on diskfit volumes, by where the
@@ -319,13 +325,8 @@ func (c *Controller) claimsByDisk() (map[diskfit.Location][]Claim, error) {
 // has said for NodeLossGrace are gone (disknodes.go): their Node deleted,
 // and their driver not reporting. Nothing of a node is released while
 // more nodes than MaxLostNodes were lost at once with it (lostnodes.go).
-func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Location][]Claim) {
+func (c *Controller) releaseLostNodes(ctx context.Context, claims map[diskfit.Location][]Claim, losses lostNodes) {
 	logger := klog.FromContext(ctx)
-	losses, err := c.losses(claims)
-	if err != nil {
-		logger.Error(err, "Listing DiskNodes; no claim of a lost node is released now")
-		return
-	}
 	lost := map[string][]Claim{}
 	for loc, list := range claims {
 		if !c.seemsGone(loc.Node) {

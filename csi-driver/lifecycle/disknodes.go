@@ -31,14 +31,9 @@ import (
 // tidyDiskNodes removes the Node owner references drivers of earlier
 // versions set, and deletes the DiskNodes of nodes gone for the grace time
 // whose spec is empty.
-func (c *Controller) tidyDiskNodes(ctx context.Context, claims map[diskfit.Location][]Claim) {
+func (c *Controller) tidyDiskNodes(ctx context.Context, claims map[diskfit.Location][]Claim, losses lostNodes) {
 	logger := klog.FromContext(ctx)
 	dns, err := c.diskNodes.List(labels.Everything())
-	if err != nil {
-		logger.Error(err, "Listing DiskNodes")
-		return
-	}
-	losses, err := c.losses(claims)
 	if err != nil {
 		logger.Error(err, "Listing DiskNodes")
 		return
@@ -67,7 +62,7 @@ func (c *Controller) tidyDiskNodes(ctx context.Context, claims map[diskfit.Locat
 		// Nodes lost at once (lostnodes.go): their DiskNodes count them,
 		// and stay for LossWindow after they went silent, and while
 		// claims of a node lost with them are held.
-		if now.Sub(losses[dn.Name].silentSince) < LossWindow || c.keepsCount(dn.Name, losses, claims) {
+		if now.Sub(losses.byNode[dn.Name].silentSince) < LossWindow || c.keepsCount(dn.Name, losses, claims) {
 			continue
 		}
 		if gone, err := c.gone(ctx, dn.Name); err != nil || !gone {

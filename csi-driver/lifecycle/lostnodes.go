@@ -39,21 +39,27 @@ const LossWindow = 30 * time.Minute
 // of them have claims to release (tidyDiskNodes), so the count stays as
 // long as the loss.
 
-// losses returns, for each node that seems gone (seemsGone) of a DiskNode
-// or of a claim's volume, when it went silent and whether it counts, and
-// counts the nodes whose DiskNode reports volumes (nodesWithVolumes).
-func (c *Controller) losses(claims map[diskfit.Location][]Claim) (map[string]loss, error) {
+// lostNodes is what a pass knows of the nodes that seem gone (seemsGone),
+// those of a DiskNode or of a claim's volume: when each went silent and
+// whether it counts; and how many nodes' DiskNodes report volumes.
+type lostNodes struct {
+	byNode      map[string]loss
+	withVolumes int
+}
+
+// losses returns the pass's lostNodes.
+func (c *Controller) losses(claims map[diskfit.Location][]Claim) (lostNodes, error) {
 	dns, err := c.diskNodes.List(labels.Everything())
 	if err != nil {
-		return nil, err
+		return lostNodes{}, err
 	}
 	now := c.opts.Clock.Now()
 	out := map[string]loss{}
-	c.nodesWithVolumes = 0
+	withVolumes := 0
 	for _, dn := range dns {
 		counted := holdsVolumes(dn)
 		if counted {
-			c.nodesWithVolumes++
+			withVolumes++
 		}
 		if !c.seemsGone(dn.Name) {
 			continue
@@ -74,7 +80,7 @@ func (c *Controller) losses(claims map[diskfit.Location][]Claim) (map[string]los
 			delete(c.firstSeenGone, name)
 		}
 	}
-	return out, nil
+	return lostNodes{byNode: out, withVolumes: withVolumes}, nil
 }
 
 // lastReport is when dn's status was last written: by the API server's
@@ -112,10 +118,10 @@ type loss struct {
 
 // lostWith returns the nodes counted that went silent within LossWindow
 // of node, and node itself, sorted.
-func lostWith(node string, losses map[string]loss) []string {
-	at := losses[node].silentSince
+func (losses lostNodes) lostWith(node string) []string {
+	at := losses.byNode[node].silentSince
 	var out []string
-	for name, l := range losses {
+	for name, l := range losses.byNode {
 		if name == node || l.counted && l.silentSince.Sub(at).Abs() <= LossWindow {
 			out = append(out, name)
 		}
@@ -126,10 +132,10 @@ func lostWith(node string, losses map[string]loss) []string {
 
 // heldWith says why node's claims are held, if more nodes than
 // MaxLostNodes were lost at once with it; empty when they are not.
-func (c *Controller) heldWith(node string, losses map[string]loss) string {
-	at := lostWith(node, losses)
+func (c *Controller) heldWith(node string, losses lostNodes) string {
+	at := losses.lostWith(node)
 	limit := c.opts.MaxLostNodes
-	n, _ := intstr.GetScaledValueFromIntOrPercent(&limit, c.nodesWithVolumes, false) // Validate checked it
+	n, _ := intstr.GetScaledValueFromIntOrPercent(&limit, losses.withVolumes, false) // Validate checked it
 	n = max(n, 1)
 	if len(at) <= n {
 		return ""
@@ -137,7 +143,7 @@ func (c *Controller) heldWith(node string, losses map[string]loss) string {
 	return fmt.Sprintf("%d nodes holding volumes went silent, their Node deleted, within %s of each other (%s), more than %d (--max-lost-nodes %s of %d nodes holding volumes): "+
 		"one cause deleting their Node objects (a cloud controller that cannot see its instances, a script) is likelier than so many lost machines, "+
 		"and releasing would recreate every replica of a workload at once",
-		len(at), LossWindow, strings.Join(at, ", "), n, limit.String(), c.nodesWithVolumes)
+		len(at), LossWindow, strings.Join(at, ", "), n, limit.String(), losses.withVolumes)
 }
 
 // tellNodeHeld puts a Warning event on each opted-in claim of a lost
@@ -160,11 +166,11 @@ func (c *Controller) tellNodeHeld(name string, since time.Time, claims []Claim, 
 // keepsCount says whether the DiskNode of gone node must stay because it
 // counts towards holding the claims of a node lost at once with it: one in
 // lostWith(node) that has opted-in claims and is held.
-func (c *Controller) keepsCount(node string, losses map[string]loss, claims map[diskfit.Location][]Claim) bool {
-	if !losses[node].counted {
+func (c *Controller) keepsCount(node string, losses lostNodes, claims map[diskfit.Location][]Claim) bool {
+	if !losses.byNode[node].counted {
 		return false
 	}
-	for _, other := range lostWith(node, losses) {
+	for _, other := range losses.lostWith(node) {
 		if hasOptedIn(other, claims) && c.heldWith(other, losses) != "" {
 			return true
 		}
