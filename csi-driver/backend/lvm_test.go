@@ -250,7 +250,7 @@ func TestLVMReal(t *testing.T) {
 		_, _ = testdisk.Output("vgremove", "--yes", "--force", vg)
 		_, _ = testdisk.Output("pvremove", "--yes", dev)
 	})
-	l := closing(t, NewLVM(vg, dev, true, 0, lvm.ExecRunner{}, t.TempDir()))
+	l := closing(t, NewLVM(vg, dev, true, 0, lvm.ExecRunner{Device: dev}, t.TempDir()))
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -91,7 +91,8 @@ type Config struct {
 	// at a time serve each lvm disk (backend.NewLVM): a host directory
 	// that every driver on the node sees as the same one.
 	LockDir string
-	// LVMRunner runs lvm2 commands; nil means lvm.ExecRunner.
+	// LVMRunner runs lvm2 commands; nil means an lvm.ExecRunner per LVM
+	// disk, which reads no loop device but the disk's own.
 	LVMRunner lvm.Runner
 	// DeviceMapperControl overrides lvm.DeviceMapperControl in tests.
 	DeviceMapperControl string
@@ -338,9 +339,6 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet directory: %w", err)
 	}
-	if cfg.LVMRunner == nil {
-		cfg.LVMRunner = lvm.ExecRunner{}
-	}
 	ex := utilexec.New()
 	d := &Driver{
 		cfg:        cfg,
@@ -368,7 +366,11 @@ func (d *Driver) newDisk(dc config.Disk) *disk {
 	var b backend.Backend
 	switch dc.Backend {
 	case v1alpha1.BackendLVM:
-		l := backend.NewLVM(dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), d.cfg.LVMRunner, d.cfg.LockDir)
+		run := d.cfg.LVMRunner
+		if run == nil {
+			run = lvm.ExecRunner{Device: dc.Device}
+		}
+		l := backend.NewLVM(dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), run, d.cfg.LockDir)
 		if d.cfg.DeviceMapperControl != "" {
 			l.SetDeviceMapperControl(d.cfg.DeviceMapperControl)
 		}

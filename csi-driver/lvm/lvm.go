@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,12 +24,20 @@ type Runner interface {
 	Run(ctx context.Context, name string, args ...string) (string, error)
 }
 
-// ExecRunner runs commands with os/exec.
-type ExecRunner struct{}
+// ExecRunner runs commands with os/exec. The lvm2 tools it runs read no
+// loop device but Device (LoopFilter).
+type ExecRunner struct {
+	// Device is the LVM disk's configured device, which its lvm2
+	// commands read even when it is a loop device.
+	Device string
+}
 
 // Run implements Runner; the error carries the command's standard error.
-func (ExecRunner) Run(ctx context.Context, name string, args ...string) (string, error) {
+func (r ExecRunner) Run(ctx context.Context, name string, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
+	if lvm2Commands[name] {
+		args = append([]string{"--config", LoopFilter(r.Device)}, args...)
+	}
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
@@ -39,6 +48,44 @@ func (ExecRunner) Run(ctx context.Context, name string, args ...string) (string,
 		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.String(), nil
+}
+
+// lvm2Commands are the lvm2 tools the LVM backend runs, which take
+// --config.
+var lvm2Commands = map[string]bool{
+	"lvchange": true, "lvconvert": true, "lvcreate": true, "lvextend": true,
+	"lvremove": true, "lvrename": true, "lvs": true, "pvcreate": true,
+	"pvs": true, "vgchange": true, "vgcreate": true, "vgs": true,
+}
+
+// LoopFilter is the lvm2 configuration that hides every loop device from
+// an lvm2 command except device, when it is one. The file backend's Block
+// volumes are loop devices whose every byte a tenant writes: one that
+// writes an LVM label and a volume group of a node's volume group's name
+// would otherwise make lvm2 see two groups of that name and refuse the
+// real one (the disk then reads as failed), or, were the real group
+// missing, serve the tenant's. lvm2 accepts a device if any of its names
+// (/dev/loop7, or a symlink to it) matches an "a" pattern before an "r"
+// one and rejects it if every name it matches, matches "r" first; so no
+// pattern accepts everything else, which would accept a loop device under
+// another of its names.
+func LoopFilter(device string) string {
+	patterns := []string{`"r|^/dev/loop|"`}
+	if resolved, err := filepath.EvalSymlinks(device); err == nil && isLoopDevice(resolved) {
+		patterns = append([]string{`"a|^` + resolved + `$|"`}, patterns...)
+	}
+	return "devices { global_filter = [ " + strings.Join(patterns, ", ") + " ] }"
+}
+
+// isLoopDevice reports whether path is a loop device's own name
+// (/dev/loopN), the only form of it that may go into a pattern unquoted.
+func isLoopDevice(path string) bool {
+	n, ok := strings.CutPrefix(path, "/dev/loop")
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.ParseUint(n, 10, 32)
+	return err == nil
 }
 
 // DeviceMapperControl is the device the kernel's device-mapper is reached
