@@ -284,7 +284,7 @@ func Detach(ctx context.Context, file File) error {
 	}
 	var errs []error
 	for _, dev := range devs {
-		if _, err := run(ctx, "losetup", "--detach", dev); err != nil {
+		if err := detachServing(dev, file); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -292,6 +292,41 @@ func Detach(ctx context.Context, file File) error {
 		return err
 	}
 	return waitDetached(ctx, file)
+}
+
+// detachServing detaches dev if it still serves file. FindAll found dev
+// a moment ago, but it may have been freed since (a device marked to be
+// freed on last close, whose last opener closed) and its number given to
+// another volume's file by a stage running meanwhile: detaching that number
+// would mark the other volume's device to be freed under the pod using it.
+// So dev is opened, its backing file checked on that descriptor and the
+// detach asked for on the same one (LOOP_CLR_FD, as losetup --detach does
+// without the check): held open, dev cannot change hands in between. The
+// kernel frees it once no one holds it open, at the latest when the
+// descriptor is closed here.
+func detachServing(dev string, file File) error {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening %s to detach it: %w", dev, err)
+	}
+	defer unix.Close(fd)
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if errors.Is(err, unix.ENXIO) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the status of %s: %w", dev, err)
+	}
+	if !serves(info, file, inode(file)) {
+		return nil
+	}
+	if err := unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
+		return fmt.Errorf("detaching %s from %s: %w", dev, file, err)
+	}
+	return nil
 }
 
 // detachTimeout bounds the wait for a deferred detach.

@@ -311,3 +311,48 @@ func fileOn(t *testing.T, mnt, rel string) File {
 	}
 	return File{Path: mnt + rel, Dev: st.Dev, Name: rel}
 }
+
+// Detach finds a file's devices, then detaches each. A device found for
+// one volume may be freed in between (it was marked to be freed on last
+// close and its last opener closed) and its number given to another
+// volume's file by a stage running meanwhile: detaching that number would
+// mark the other volume's device to be freed under the pod using it, and
+// the next volume attached would get its number, and the pod's device node
+// with it. The per-device step must leave a device serving another file
+// alone.
+func TestDetachLeavesADeviceReusedMeanwhileAlone(t *testing.T) {
+	testdisk.Require(t)
+	ctx := context.Background()
+	dir := testdisk.New(t, "xfs", 320<<20)
+	mine, other := fileOn(t, dir, "/mine.img"), fileOn(t, dir, "/other.img")
+	for _, f := range []File{mine, other} {
+		if err := os.WriteFile(f.Path, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(f.Path, 8<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The number found for mine now serves other.
+	dev, err := Attach(ctx, other, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testdisk.DetachAtCleanup(t, dev)
+	if err := detachServing(dev, mine); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := Find(ctx, other); err != nil || found != dev {
+		t.Fatalf("detaching mine's device found earlier detached other's: Find(other) = %q, %v, want %s", found, err, dev)
+	}
+	if autoclear(t, dev) {
+		t.Fatalf("detaching mine's device found earlier marked other's %s to be freed on last close", dev)
+	}
+	// The file it serves is detached, as before.
+	if err := detachServing(dev, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDetached(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+}
