@@ -43,8 +43,9 @@ var (
 	_ Wiping  = &LVM{}
 )
 
-// NewLVM returns a backend for volume group vg. When allowInitialize is set
-// and the group does not exist, Start creates it on device. lockDir is the
+// NewLVM returns a backend for volume group vg. When allowInitialize is set,
+// the group does not exist and device is blank, Start creates it on device
+// (initialize). lockDir is the
 // node's directory for the lock of each volume group a driver serves
 // (lockVG): every driver on the node must see it as the same directory.
 func NewLVM(vg, device string, allowInitialize bool, reserved int64, run lvm.Runner, lockDir string) *LVM {
@@ -86,7 +87,7 @@ func (l *LVM) lockVG() error {
 }
 
 // Start implements Backend: it takes the volume group (lockVG), creates
-// it when allowed and missing, removes the LVs of creations that did not
+// it when allowed, missing and its device blank (initialize), removes the LVs of creations that did not
 // finish (tagged creating), and starts the wiper, which also wipes what an
 // earlier driver deleted and did not wipe yet. A Start that fails lets go
 // of the group again.
@@ -110,14 +111,14 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 		// DiskNode tells the scheduler why this one does not.
 		return nil
 	}
-	if _, err := l.vgUsage(ctx); err != nil {
+	if _, found, err := lvm.ReadVG(ctx, l.run, l.vg); err != nil || !found {
+		if err == nil {
+			err = fmt.Errorf("vgs answered without it")
+		}
 		if !l.allowInitialize {
 			return fmt.Errorf("volume group %s: %w", l.vg, err)
 		}
-		if _, err := l.run.Run(ctx, "pvcreate", "--yes", l.device); err != nil {
-			return err
-		}
-		if _, err := l.run.Run(ctx, "vgcreate", "--yes", l.vg, l.device); err != nil {
+		if err := l.initialize(ctx, err); err != nil {
 			return err
 		}
 	}
@@ -140,6 +141,53 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 		}
 	}
 	l.wiper.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeGroup", l.vg)), l.wipeAll, pending)
+	return nil
+}
+
+// initialize makes the volume group on the disk's device, vgs having
+// failed with vgsErr. It does so only when lvm2 said that the group does
+// not exist (lvm.VGNotFound) and the device is blank: no signature that
+// util-linux knows (a filesystem, a partition table, another group's PV)
+// and nothing the kernel has on it (partitions). Any other vgs failure (a
+// device it could not read, two groups of the name, a vgs killed) says
+// nothing of whether the group exists, and a device name may since have
+// been handed to another disk (the group's disk died, or is slow to
+// appear at boot): a start that wiped what it found would destroy that
+// disk's data, and starts are retried at every status refresh. Nothing
+// is then written to the device; the error names it and what was found,
+// and the disk is reported unavailable with it.
+//
+// vgcreate makes the device a PV itself, with no --yes or --force: a
+// signature that appeared since the probe makes lvm2 ask, read no answer
+// and refuse.
+func (l *LVM) initialize(ctx context.Context, vgsErr error) error {
+	if !lvm.VGNotFound(vgsErr, l.vg) {
+		return fmt.Errorf("volume group %s: %w; %s is not initialised while lvm2 cannot tell that the group does not exist", l.vg, vgsErr, l.device)
+	}
+	sigs, err := lvm.Signatures(ctx, l.run, l.device)
+	if err != nil {
+		return fmt.Errorf("volume group %s not found, and %s cannot be probed for signatures, so it is not initialised: %w", l.vg, l.device, err)
+	}
+	children, err := lvm.Children(ctx, l.run, l.device)
+	if err != nil {
+		return fmt.Errorf("volume group %s not found, and the devices on %s cannot be listed, so it is not initialised: %w", l.vg, l.device, err)
+	}
+	var found []string
+	for _, s := range sigs {
+		found = append(found, s.String())
+	}
+	if len(children) > 0 {
+		found = append(found, "partitions or devices on it: "+strings.Join(children, ", "))
+	}
+	if len(found) > 0 {
+		return fmt.Errorf("volume group %s not found, and %s is not blank (%s), so it is not initialised: "+
+			"it may be another disk under that name (device names can change at boot); if it is the disk meant for %s, wipe it first",
+			l.vg, l.device, strings.Join(found, "; "), l.vg)
+	}
+	klog.FromContext(ctx).Info("Making the volume group on a blank device", "volumeGroup", l.vg, "device", l.device)
+	if _, err := l.run.Run(ctx, "vgcreate", l.vg, l.device); err != nil {
+		return fmt.Errorf("making volume group %s on %s: %w", l.vg, l.device, err)
+	}
 	return nil
 }
 

@@ -689,3 +689,140 @@ func TestLVMCreationKilledLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestLVMInitializesOnlyABlankDevice: with allowInitialize, Start makes
+// the volume group on the disk's device only when lvm2 says the group
+// does not exist and the device holds nothing: no signature (a
+// filesystem, another group's PV), no partitions. A vgs that fails
+// otherwise (the group's disk failing reads, two groups of the name, a
+// vgs killed at its deadline) says nothing of whether the group exists,
+// and the device may since be another disk (the kernel hands the name to
+// another disk after the group's died): Start fails, naming the device,
+// and writes nothing to it. Before, any vgs failure ran pvcreate --yes on
+// the device, at every DiskNode refresh, which wipes the signature found
+// there. lvm2 is faked (fakelvm, which answers and refuses as lvm2 2.03
+// and util-linux 2.38 do): this machine's kernel has no device-mapper.
+func TestLVMInitializesOnlyABlankDevice(t *testing.T) {
+	const device = "/dev/sdb"
+	fs := func(typ string, offset int64) *fakelvm.Device {
+		return &fakelvm.Device{Data: []byte("the blocks of a filesystem holding other volumes"), Signatures: []fakelvm.Signature{{Type: typ, Offset: offset}}}
+	}
+	for _, tt := range []struct {
+		name string
+		// host is the host's lvm2 and devices at start.
+		host func() *fakelvm.VG
+		// want are words the error must have, besides the device.
+		want []string
+	}{
+		{name: "the group's disk fails reads, its name now another disk's", want: []string{"Error reading device /dev/sdc"},
+			host: func() *fakelvm.VG {
+				vg := fakelvm.New(1 << 30)
+				vg.PV = "/dev/sdc"
+				vg.Devices["/dev/sdc"] = &fakelvm.Device{ReadError: true, Signatures: []fakelvm.Signature{{Type: "LVM2_member", Offset: 0x218}}, VG: fakelvm.Name}
+				vg.Devices[device] = fs("xfs", 0)
+				return vg
+			}},
+		{name: "two groups of the name", want: []string{"Multiple VGs found with the same name"},
+			host: func() *fakelvm.VG {
+				vg := fakelvm.NewUncreated(1<<30, device)
+				// lvm2 2.03.16's words for two groups of one name.
+				vg.Fail["vgs"] = &lvm.CommandError{Command: "vgs", ExitStatus: 5, Stderr: "WARNING: VG name vg0 is used by VGs UxFR5e and 8iIwX2.\n" +
+					"  Fix duplicate VG names with vgrename uuid, a device filter, or system IDs.\n" +
+					"  Multiple VGs found with the same name: skipping vg0\n  Use --select vg_uuid=<uuid> in place of the VG name."}
+				return vg
+			}},
+		{name: "vgs killed at its deadline", want: []string{"signal: killed"},
+			host: func() *fakelvm.VG {
+				vg := fakelvm.NewUncreated(1<<30, device)
+				vg.Fail["vgs"] = &lvm.CommandError{Command: "vgs", ExitStatus: -1, Err: errors.New("signal: killed")}
+				return vg
+			}},
+		{name: "the device holds a filesystem", want: []string{"xfs"},
+			host: func() *fakelvm.VG {
+				vg := fakelvm.NewUncreated(1<<30, device)
+				vg.Devices[device] = fs("xfs", 0)
+				return vg
+			}},
+		{name: "the device is another group's PV", want: []string{"LVM2_member"},
+			host: func() *fakelvm.VG {
+				vg := fakelvm.NewUncreated(1<<30, device)
+				vg.Devices[device] = fs("LVM2_member", 0x218)
+				vg.Devices[device].VG = "vg9"
+				return vg
+			}},
+		{name: "the device is partitioned", want: []string{"sdb1"},
+			host: func() *fakelvm.VG {
+				vg := fakelvm.NewUncreated(1<<30, device)
+				vg.Devices[device] = fs("dos", 0x1fe)
+				vg.Devices[device].Children = []string{"sdb1"}
+				return vg
+			}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vg := tt.host()
+			before := vg.DeviceState(device)
+			l := closing(t, NewLVM(fakelvm.Name, device, true, 0, vg, t.TempDir()))
+			l.SetDeviceMapperControl(dmControl(t, true))
+			err := l.Start(context.Background())
+			if err == nil {
+				t.Error("Start: no error")
+			} else {
+				for _, w := range append(tt.want, device) {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("Start: %v; want it to say %q", err, w)
+					}
+				}
+			}
+			for _, c := range vg.Commands() {
+				if strings.HasPrefix(c, "pvcreate") || strings.HasPrefix(c, "vgcreate") {
+					t.Errorf("ran %q", c)
+				}
+			}
+			after := vg.DeviceState(device)
+			if !bytes.Equal(after.Data, before.Data) || !slices.Equal(after.Signatures, before.Signatures) {
+				// (The zeroes before the fake's PV label left out.)
+				t.Errorf("the device changed: held %q with %v, now %q with %v", before.Data, before.Signatures, bytes.Trim(after.Data, "\x00"), after.Signatures)
+			}
+		})
+	}
+}
+
+// TestLVMInitializesABlankDevice: with allowInitialize, a blank device
+// (no signature, no partitions) of a group that does not exist becomes
+// the group, with no --yes or --force that would wipe a signature found
+// after the probe: lvm2 then asks, reads no answer and refuses. A restart
+// finds the group and makes nothing. lvm2 is faked (fakelvm): this
+// machine's kernel has no device-mapper.
+func TestLVMInitializesABlankDevice(t *testing.T) {
+	const device = "/dev/sdb"
+	ctx := context.Background()
+	vg := fakelvm.NewUncreated(1<<30, device)
+	start := func() *LVM {
+		t.Helper()
+		l := closing(t, NewLVM(fakelvm.Name, device, true, 0, vg, t.TempDir()))
+		l.SetDeviceMapperControl(dmControl(t, true))
+		if err := l.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	l := start()
+	if !vg.Exists() {
+		t.Fatalf("no group made on the blank device: %q", vg.Commands())
+	}
+	for _, c := range vg.Commands() {
+		if (strings.HasPrefix(c, "pvcreate") || strings.HasPrefix(c, "vgcreate")) &&
+			(strings.Contains(c, "--yes") || strings.Contains(c, " -y") || strings.Contains(c, "-f")) {
+			t.Errorf("%q overrides what lvm2 finds on the device", c)
+		}
+	}
+	createVolume(t, l, "v", 4*mi)
+	l.Close()
+	made := len(vg.Commands())
+	start()
+	for _, c := range vg.Commands()[made:] {
+		if strings.HasPrefix(c, "pvcreate") || strings.HasPrefix(c, "vgcreate") {
+			t.Errorf("the restart ran %q", c)
+		}
+	}
+}

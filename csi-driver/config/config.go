@@ -50,8 +50,9 @@ type Disk struct {
 	// Device is a block device that becomes VolumeGroup when the group does
 	// not exist yet; only used when AllowInitialize is set.
 	Device string `json:"device,omitempty"`
-	// AllowInitialize lets the driver run pvcreate and vgcreate on Device.
-	// Off by default so that a typo cannot wipe a disk.
+	// AllowInitialize lets the driver make VolumeGroup on Device (vgcreate)
+	// when lvm2 says the group does not exist and Device is blank (no
+	// signature, no partitions); it never wipes a device. Off by default.
 	AllowInitialize bool `json:"allowInitialize,omitempty"`
 	// Reserved is headroom kept free on the disk and never offered to
 	// volumes (filesystem metadata, snapshots' copy-on-write growth).

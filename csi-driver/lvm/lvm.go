@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,6 +36,7 @@ type ExecRunner struct {
 // Run implements Runner; the error carries the command's standard error.
 func (r ExecRunner) Run(ctx context.Context, name string, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
+	line := name + " " + strings.Join(args, " ")
 	if lvm2Commands[name] {
 		args = append([]string{"--config", LoopFilter(r.Device)}, args...)
 	}
@@ -45,7 +47,13 @@ func (r ExecRunner) Run(ctx context.Context, name string, args ...string) (strin
 	// of lvm's; without this every call warns about them.
 	cmd.Env = append(os.Environ(), "LVM_SUPPRESS_FD_WARNINGS=1")
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		status := -1
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			status = exit.ExitCode()
+		}
+		return stdout.String(), &CommandError{Command: line, ExitStatus: status,
+			Stderr: strings.TrimSpace(stderr.String()), Err: err}
 	}
 	return stdout.String(), nil
 }
@@ -87,6 +95,31 @@ func isLoopDevice(path string) bool {
 	_, err := strconv.ParseUint(n, 10, 32)
 	return err == nil
 }
+
+// CommandError is a command that failed: its exit status and what it
+// printed on standard error, which tell lvm2's "does not exist" from its
+// other failures (VGNotFound).
+type CommandError struct {
+	// Command is the command line.
+	Command string
+	// ExitStatus is the command's exit status, -1 when it did not exit
+	// by itself (killed, or never started).
+	ExitStatus int
+	// Stderr is what the command printed on standard error.
+	Stderr string
+	// Err is the error the command's run ended with, if any.
+	Err error
+}
+
+func (e *CommandError) Error() string {
+	cause := e.Err
+	if cause == nil {
+		cause = fmt.Errorf("exit status %d", e.ExitStatus)
+	}
+	return fmt.Sprintf("%s: %v: %s", e.Command, cause, e.Stderr)
+}
+
+func (e *CommandError) Unwrap() error { return e.Err }
 
 // DeviceMapperControl is the device the kernel's device-mapper is reached
 // through; without it no logical volume can be activated.
@@ -226,4 +259,91 @@ func ParseLVs(out string) ([]LV, error) {
 	}
 	sort.Slice(lvs, func(i, j int) bool { return lvs[i].Name < lvs[j].Name })
 	return lvs, nil
+}
+
+// VGNotFound reports whether err is lvm2's answer that volume group vg
+// does not exist: exit status 5 (ECMD_FAILED) with nothing on standard
+// error but
+//
+//	Volume group "vg" not found
+//	Cannot process volume group vg
+//
+// (lvm2 2.03). Any other words (a device it could not read, two groups of
+// the name, a warning) or exit status, or a command killed, leave it
+// unknown whether the group exists: a group whose disk failed a read is
+// also "not found", and says so after the read error.
+func VGNotFound(err error, vg string) bool {
+	var cmd *CommandError
+	if !errors.As(err, &cmd) || cmd.ExitStatus != 5 {
+		return false
+	}
+	notFound := false
+	for _, line := range strings.Split(cmd.Stderr, "\n") {
+		switch strings.TrimSpace(line) {
+		case "":
+		case `Volume group "` + vg + `" not found`:
+			notFound = true
+		case "Cannot process volume group " + vg:
+		default:
+			return false
+		}
+	}
+	return notFound
+}
+
+// Signature is one signature util-linux finds on a device: a filesystem,
+// a partition table, a PV's label, a RAID member.
+type Signature struct {
+	Type   string `json:"type"`
+	Offset string `json:"offset"`
+}
+
+func (s Signature) String() string { return s.Type + " signature at offset " + s.Offset }
+
+// Signatures lists every signature on device, as wipefs finds them
+// (--no-act: it only reads). A device it cannot read is an error.
+func Signatures(ctx context.Context, run Runner, device string) ([]Signature, error) {
+	out, err := run.Run(ctx, "wipefs", "--no-act", "--json", device)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Signatures []Signature `json:"signatures"`
+	}
+	// No output at all is no signature either.
+	if strings.TrimSpace(out) == "" {
+		return nil, nil
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return nil, fmt.Errorf("parsing wipefs output: %w", err)
+	}
+	return r.Signatures, nil
+}
+
+// Children lists the devices the kernel has on device, as lsblk shows
+// them below it: its partitions, and device-mapper or md devices made of
+// it.
+func Children(ctx context.Context, run Runner, device string) ([]string, error) {
+	out, err := run.Run(ctx, "lsblk", "--json", "--output", "NAME,TYPE", device)
+	if err != nil {
+		return nil, err
+	}
+	type blockdev struct {
+		Name     string     `json:"name"`
+		Type     string     `json:"type"`
+		Children []blockdev `json:"children"`
+	}
+	var r struct {
+		Blockdevices []blockdev `json:"blockdevices"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		return nil, fmt.Errorf("parsing lsblk output: %w", err)
+	}
+	var names []string
+	for _, d := range r.Blockdevices {
+		for _, c := range d.Children {
+			names = append(names, c.Name+" ("+c.Type+")")
+		}
+	}
+	return names, nil
 }

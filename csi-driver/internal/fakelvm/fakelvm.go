@@ -10,6 +10,16 @@
 // open (SetOpen), as a mount or a pod's Block device holds it: lvs
 // reports it in lv_attr, and lvm2's refusals follow.
 //
+// The host's block devices are modelled as far as making the group goes
+// (Devices): pvcreate and vgcreate refuse and wipe signatures as lvm2
+// does, wipefs lists what util-linux would find on a device and lsblk
+// what the kernel has on it (partitions), and a device may fail every
+// read (Device.ReadError), as a dying disk does. NewUncreated starts
+// without the group: vgs answers as lvm2 does for a group that does not
+// exist until vgcreate makes it. Commands fail as lvm.ExecRunner reports
+// a command's failure (lvm.CommandError) where the backend reads lvm2's
+// exit status and words.
+//
 // The fake keeps data as well: the group is an array of 4 MiB extents, and
 // an LV is a list of them. As in lvm2, lvremove frees an LV's extents
 // without touching what they hold and lvcreate or lvextend hands them out
@@ -41,12 +51,15 @@ package fakelvm
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/diskfit/diskfit/csi-driver/lvm"
 )
 
 // Name is the volume group's name.
@@ -69,6 +82,17 @@ type VG struct {
 	// with arguments ("lvchange --deltag") fails only the commands whose
 	// line starts with it.
 	Fail map[string]error
+	// Devices are the host's block devices by path, for the commands
+	// that make the group (pvcreate, vgcreate) and probe devices (wipefs,
+	// lsblk). PV is the one the group is on, "" when the test does not
+	// say.
+	Devices map[string]*Device
+	PV      string
+
+	// name is the group's name; missing is a group vgcreate has not made
+	// yet (NewUncreated).
+	name    string
+	missing bool
 
 	mu sync.Mutex
 	// before is called with every command's name before it runs, outside
@@ -115,11 +139,85 @@ type LV struct {
 	extents []int
 }
 
-// New returns an empty volume group of size bytes.
-func New(size int64) *VG {
+// Device is a block device of the host.
+type Device struct {
+	// Data is what the device holds at its start: a test's stand-in for
+	// a filesystem's or another group's blocks. pvcreate overwrites it.
+	Data []byte
+	// Signatures are what util-linux's probe finds on the device (what
+	// wipefs lists): a filesystem ("xfs", "ext4"), a partition table
+	// ("dos", "gpt"), a PV's label ("LVM2_member").
+	Signatures []Signature
+	// VG is the group a PV (an LVM2_member signature) belongs to, "" for
+	// a PV of none.
+	VG string
+	// Children are the devices the kernel has on this one, as lsblk
+	// lists them: its partitions, device-mapper devices.
+	Children []string
+	// ReadError makes every read of the device fail with an I/O error,
+	// as a dying disk's do.
+	ReadError bool
+}
+
+// Signature is one signature on a device: its type and where its magic
+// string is, as wipefs reports them.
+type Signature struct {
+	Type   string
+	Offset int64
+}
+
+// pvLabel is what pvcreate writes at a device's start in the fake: lvm2's
+// label sector (LABELONE, in the second 512-byte sector) stands for it.
+var pvLabel = append(make([]byte, 512), []byte("LABELONE\x00\x00\x00\x00\x00\x00\x00\x00LVM2 001")...)
+
+// New returns an empty volume group of size bytes, named Name.
+func New(size int64) *VG { return NewGroup(Name, size) }
+
+// NewGroup returns an empty volume group of size bytes named name.
+func NewGroup(name string, size int64) *VG {
 	n := size / ExtentSize
-	return &VG{Size: size, Free: n * ExtentSize, LVs: map[string]*LV{}, Fail: map[string]error{},
-		data: make([][]byte, n), used: make([]bool, n), unflushed: map[int][]byte{}}
+	return &VG{Size: size, Free: n * ExtentSize, LVs: map[string]*LV{}, Fail: map[string]error{}, Devices: map[string]*Device{},
+		name: name, data: make([][]byte, n), used: make([]bool, n), unflushed: map[int][]byte{}}
+}
+
+// NewUncreated returns a host where the volume group Name does not exist
+// yet, with a blank device at device: vgcreate makes the group, of size
+// bytes, on a device of Devices.
+func NewUncreated(size int64, device string) *VG {
+	f := New(size)
+	f.missing = true
+	f.Devices[device] = &Device{}
+	return f
+}
+
+// GroupName returns the volume group's name.
+func (f *VG) GroupName() string { return f.name }
+
+// Exists reports whether the volume group exists (vgcreate made it, or
+// the fake started with it).
+func (f *VG) Exists() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.missing
+}
+
+// DeviceState returns a copy of device path as it is now, nil when the
+// host has none.
+func (f *VG) DeviceState(path string) *Device {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	d := f.Devices[path]
+	if d == nil {
+		return nil
+	}
+	return &Device{Data: slices.Clone(d.Data), Signatures: slices.Clone(d.Signatures), VG: d.VG,
+		Children: slices.Clone(d.Children), ReadError: d.ReadError}
+}
+
+// failed is a command's failure as lvm.ExecRunner reports it: its exit
+// status and what it printed on standard error.
+func failed(name string, args []string, status int, stderr string, a ...any) error {
+	return &lvm.CommandError{Command: name + " " + strings.Join(args, " "), ExitStatus: status, Stderr: fmt.Sprintf(stderr, a...)}
 }
 
 // PowerCut loses what the disk's write cache held: every extent written
@@ -157,7 +255,7 @@ func (f *VG) Create(name string, size int64, tags ...string) *LV {
 	defer f.mu.Unlock()
 	lv := &LV{Tags: tags}
 	if !f.grow(lv, size) {
-		panic(fmt.Sprintf("fakelvm: no room for %s (%d bytes) in %s", name, size, Name))
+		panic(fmt.Sprintf("fakelvm: no room for %s (%d bytes) in %s", name, size, f.name))
 	}
 	f.LVs[name] = lv
 	return lv
@@ -318,7 +416,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 		return n
 	}
 	notFound := func(lvName string) error {
-		return fmt.Errorf("%s: exit status 5: Failed to find logical volume \"%s/%s\"", name, Name, lvName)
+		return fmt.Errorf("%s: exit status 5: Failed to find logical volume \"%s/%s\"", name, f.name, lvName)
 	}
 	for i, a := range args {
 		if (a == "--addtag" || a == "--deltag") && i+1 < len(args) && !validTag(args[i+1]) {
@@ -330,11 +428,78 @@ func (f *VG) run(name string, args []string) (string, error) {
 	lv := f.LVs[lvName]
 	switch name {
 	case "vgs":
-		if last != Name {
-			//lint:ignore ST1005 lvm2's own message, which the backend parses
-			return "", fmt.Errorf("Volume group %q not found", last)
+		// lvm2 2.03's words and exit status, and its report, empty, on
+		// standard output.
+		const none = `{"report":[{"vg":[]}]}`
+		if d := f.Devices[f.PV]; d != nil && d.ReadError && last == f.name {
+			return none, failed(name, args, 5, "Error reading device %s at 0 length 512.\n  Volume group \"%s\" not found\n  Cannot process volume group %s", f.PV, last, last)
 		}
-		return fmt.Sprintf(`{"report":[{"vg":[{"vg_name":%q,"vg_size":"%d","vg_free":"%d"}]}]}`, Name, f.Size, f.Free), nil
+		if last != f.name || f.missing {
+			return none, failed(name, args, 5, "Volume group \"%s\" not found\n  Cannot process volume group %s", last, last)
+		}
+		return fmt.Sprintf(`{"report":[{"vg":[{"vg_name":%q,"vg_size":"%d","vg_free":"%d"}]}]}`, f.name, f.Size, f.Free), nil
+	case "pvcreate":
+		return "", f.pvcreate(name, args, last)
+	case "vgcreate":
+		dev, group := last, args[len(args)-2]
+		switch {
+		case group != f.name:
+			return "", fmt.Errorf("vgcreate: the fake makes only group %s, not %s", f.name, group)
+		case !f.missing:
+			return "", failed(name, args, 5, "A volume group called %s already exists.", group)
+		}
+		d := f.Devices[dev]
+		if d == nil || !slices.ContainsFunc(d.Signatures, func(s Signature) bool { return s.Type == "LVM2_member" }) || d.VG != "" {
+			// Not a PV of no group: vgcreate runs pvcreate on it first.
+			if err := f.pvcreate(name, args, dev); err != nil {
+				return "", err
+			}
+		}
+		d = f.Devices[dev]
+		d.VG, f.PV, f.missing = group, dev, false
+	case "wipefs":
+		// Only listing: the backend never wipes a device.
+		if !has("--no-act") && !has("-n") || !has("--json") {
+			return "", fmt.Errorf("wipefs: the fake only lists signatures, with --no-act --json: %q", args)
+		}
+		d := f.Devices[last]
+		switch {
+		case d == nil:
+			return "", failed(name, args, 1, "wipefs: error: %s: probing initialization failed: No such file or directory", last)
+		case d.ReadError:
+			return "", failed(name, args, 1, "wipefs: error: %s: probing initialization failed: Input/output error", last)
+		}
+		type sig struct {
+			Device string  `json:"device"`
+			Offset string  `json:"offset"`
+			Type   string  `json:"type"`
+			UUID   *string `json:"uuid"`
+			Label  *string `json:"label"`
+		}
+		out := struct {
+			Signatures []sig `json:"signatures"`
+		}{Signatures: []sig{}}
+		for _, s := range d.Signatures {
+			out.Signatures = append(out.Signatures, sig{Device: path.Base(last), Offset: fmt.Sprintf("0x%x", s.Offset), Type: s.Type})
+		}
+		b, _ := json.MarshalIndent(out, "", "   ")
+		return string(b) + "\n", nil
+	case "lsblk":
+		d := f.Devices[last]
+		if d == nil {
+			return "", failed(name, args, 32, "lsblk: %s: not a block device", last)
+		}
+		type dev struct {
+			Name     string `json:"name"`
+			Type     string `json:"type"`
+			Children []dev  `json:"children,omitempty"`
+		}
+		top := dev{Name: path.Base(last), Type: "disk"}
+		for _, c := range d.Children {
+			top.Children = append(top.Children, dev{Name: c, Type: "part"})
+		}
+		b, _ := json.MarshalIndent(map[string][]dev{"blockdevices": {top}}, "", "   ")
+		return string(b) + "\n", nil
 	case "lvs":
 		var rows []string
 		for n, lv := range f.LVs {
@@ -345,7 +510,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 	case "lvcreate":
 		newName := flag("--name")
 		if f.LVs[newName] != nil {
-			return "", fmt.Errorf("lvcreate: exit status 5: Logical Volume %q already exists in volume group %q", newName, Name)
+			return "", fmt.Errorf("lvcreate: exit status 5: Logical Volume %q already exists in volume group %q", newName, f.name)
 		}
 		lv := &LV{}
 		if snap := flag("--snapshot"); snap != "" {
@@ -358,7 +523,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 			}
 			if f.LVs[lv.Origin] == nil {
 				//lint:ignore ST1005 lvm2's own message, which the backend parses
-				return "", fmt.Errorf("lvcreate: exit status 5: Snapshot origin LV %s not found in Volume group %s.", lv.Origin, Name)
+				return "", fmt.Errorf("lvcreate: exit status 5: Snapshot origin LV %s not found in Volume group %s.", lv.Origin, f.name)
 			}
 			lv.OriginSize = f.LVs[lv.Origin].Size
 		}
@@ -370,7 +535,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 		}
 		if !f.grow(lv, want) {
 			//lint:ignore ST1005 lvm2's own message, which the backend parses
-			return "", fmt.Errorf("lvcreate: exit status 5: Volume group %q has insufficient free space (%d extents): %d required.", Name, f.freeExtents(), extents(want))
+			return "", fmt.Errorf("lvcreate: exit status 5: Volume group %q has insufficient free space (%d extents): %d required.", f.name, f.freeExtents(), extents(want))
 		}
 		for i, a := range args {
 			if a == "--addtag" {
@@ -425,7 +590,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 		// Only --zeroout is sure to zero; what a plain discard leaves
 		// depends on the device, so the fake leaves the data.
 		v := f.LVs[path.Base(last)]
-		if v == nil || v.Inactive || path.Dir(last) != "/dev/"+Name {
+		if v == nil || v.Inactive || path.Dir(last) != "/dev/"+f.name {
 			return "", fmt.Errorf("blkdiscard: cannot open %s: No such file or directory", last)
 		}
 		if v.ReadOnly {
@@ -443,14 +608,14 @@ func (f *VG) run(name string, args []string) (string, error) {
 		// write cache.
 		for _, dev := range args {
 			v := f.LVs[path.Base(dev)]
-			if v == nil || v.Inactive || path.Dir(dev) != "/dev/"+Name {
+			if v == nil || v.Inactive || path.Dir(dev) != "/dev/"+f.name {
 				return "", fmt.Errorf("sync: error opening '%s': No such file or directory", dev)
 			}
 			f.flush(v)
 		}
 	case "blockdev":
 		v := f.LVs[path.Base(last)]
-		if v == nil || v.Inactive || path.Dir(last) != "/dev/"+Name {
+		if v == nil || v.Inactive || path.Dir(last) != "/dev/"+f.name {
 			return "", fmt.Errorf("blockdev: cannot open %s: No such file or directory", last)
 		}
 		switch {
@@ -464,10 +629,10 @@ func (f *VG) run(name string, args []string) (string, error) {
 		from = from[strings.Index(from, "/")+1:]
 		v := f.LVs[from]
 		if v == nil {
-			return "", fmt.Errorf("lvrename: exit status 5: Existing logical volume \"%s\" not found in volume group \"%s\"", from, Name)
+			return "", fmt.Errorf("lvrename: exit status 5: Existing logical volume \"%s\" not found in volume group \"%s\"", from, f.name)
 		}
 		if lv != nil {
-			return "", fmt.Errorf("lvrename: exit status 5: Logical Volume \"%s\" already exists in volume group \"%s\"", to, Name)
+			return "", fmt.Errorf("lvrename: exit status 5: Logical Volume \"%s\" already exists in volume group \"%s\"", to, f.name)
 		}
 		delete(f.LVs, from)
 		f.LVs[to] = v
@@ -487,12 +652,12 @@ func (f *VG) run(name string, args []string) (string, error) {
 			}
 			if lv.Origin == "" {
 				//lint:ignore ST1005 lvm2's own message, which the backend parses
-				return "", fmt.Errorf("lvconvert: exit status 5: %s/%s is not a snapshot.", Name, lvName)
+				return "", fmt.Errorf("lvconvert: exit status 5: %s/%s is not a snapshot.", f.name, lvName)
 			}
 			if !lv.Inactive && !has("--yes") {
 				// lvm2 asks first, and reads no answer from a driver.
 				//lint:ignore ST1005 lvm2's own message, which the backend parses
-				return "", fmt.Errorf("lvconvert: exit status 5: Do you really want to split off active logical volume %s/%s? [y/n]: [n]\n  Logical volume %s/%s not split.", Name, lvName, Name, lvName)
+				return "", fmt.Errorf("lvconvert: exit status 5: Do you really want to split off active logical volume %s/%s? [y/n]: [n]\n  Logical volume %s/%s not split.", f.name, lvName, f.name, lvName)
 			}
 			// The split-off LV keeps the copy-on-write extents as they are.
 			lv.Origin = ""
@@ -506,7 +671,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 				case "--activate":
 					if args[i+1] == "n" && lv.Open {
 						//lint:ignore ST1005 lvm2's own message, which the backend parses
-						return "", fmt.Errorf("lvchange: exit status 5: Logical volume %s/%s in use.", Name, lvName)
+						return "", fmt.Errorf("lvchange: exit status 5: Logical volume %s/%s in use.", f.name, lvName)
 					}
 					lv.Inactive = args[i+1] == "n"
 					lv.ReadOnly = lv.ReadOnly && !lv.Inactive
@@ -530,7 +695,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 		case "lvremove":
 			if lv.Open {
 				//lint:ignore ST1005 lvm2's own message, which the backend parses
-				return "", fmt.Errorf("lvremove: exit status 5: Logical volume %s/%s contains a filesystem in use.", Name, lvName)
+				return "", fmt.Errorf("lvremove: exit status 5: Logical volume %s/%s contains a filesystem in use.", f.name, lvName)
 			}
 			// With --yes lvm2 removes an origin's snapshots with it.
 			var gone []string
@@ -547,6 +712,42 @@ func (f *VG) run(name string, args []string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// pvcreate makes device dev a PV, for the command name (pvcreate, or a
+// vgcreate on a device that is not a PV yet) as lvm2 2.03 does: a
+// partitioned device is refused; a PV of a group needs -ff; any other
+// signature is wiped only with --yes, and without it lvm2 asks, reads no
+// answer from a driver, and refuses. The label then replaces what the
+// device held at its start.
+func (f *VG) pvcreate(name string, args []string, dev string) error {
+	d := f.Devices[dev]
+	switch {
+	case d == nil:
+		return failed(name, args, 5, "No device found for %s.", dev)
+	case d.ReadError:
+		return failed(name, args, 5, "Error reading device %s at 0 length 512.", dev)
+	case len(d.Children) > 0 || slices.ContainsFunc(d.Signatures, func(s Signature) bool { return s.Type == "dos" || s.Type == "gpt" }):
+		return failed(name, args, 5, "Cannot use %s: device is partitioned", dev)
+	}
+	force := slices.Contains(args, "-ff") || len(slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a != "--force" && a != "-f" })) >= 2
+	yes := slices.Contains(args, "--yes") || slices.Contains(args, "-y")
+	for _, s := range d.Signatures {
+		switch {
+		case s.Type == "LVM2_member" && d.VG != "" && !force:
+			return failed(name, args, 5, "Can't initialize physical volume \"%s\" of volume group \"%s\" without -ff\n  %s: physical volume not initialized.", dev, d.VG, dev)
+		case s.Type != "LVM2_member" && !yes:
+			return failed(name, args, 5, "WARNING: %s signature detected on %s at offset %d. Wipe it? [y/n]: [n]\n  Aborted wiping of %s.\n  %d existing signature left on the device.",
+				s.Type, dev, s.Offset, s.Type, len(d.Signatures))
+		}
+	}
+	data := slices.Clone(d.Data)
+	if len(data) < len(pvLabel) {
+		data = append(data, make([]byte, len(pvLabel)-len(data))...)
+	}
+	copy(data, pvLabel)
+	d.Data, d.Signatures, d.VG = data, []Signature{{Type: "LVM2_member", Offset: 0x218}}, ""
+	return nil
 }
 
 // attr is LV name's lv_attr as lvs reports it: its type (o an origin, s

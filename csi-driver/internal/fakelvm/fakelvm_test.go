@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/diskfit/diskfit/csi-driver/lvm"
 )
 
 // TestData: the fake keeps data as lvm2 does on a disk. lvremove leaves
@@ -249,3 +251,53 @@ func TestTagsAsLVM2Allows(t *testing.T) {
 		t.Errorf("tags %q, want %q", got, good)
 	}
 }
+
+// TestMakingTheGroup: vgs answers for a group not made yet as lvm2 does;
+// pvcreate and vgcreate refuse a signature without --yes, a partitioned
+// device and another group's PV as lvm2 does, and vgcreate makes the
+// group on a blank device; wipefs lists what is on a device.
+func TestMakingTheGroup(t *testing.T) {
+	ctx := context.Background()
+	vg := NewUncreated(8*ExtentSize, "/dev/sdb")
+	vg.Devices["/dev/sdc"] = &Device{Data: []byte("xfs"), Signatures: []Signature{{Type: "xfs"}}}
+	vg.Devices["/dev/sdd"] = &Device{Signatures: []Signature{{Type: "dos", Offset: 0x1fe}}, Children: []string{"sdd1"}}
+	vg.Devices["/dev/sde"] = &Device{Signatures: []Signature{{Type: "LVM2_member", Offset: 0x218}}, VG: "vg9"}
+	_, err := vg.Run(ctx, "vgs", Name)
+	if !lvm.VGNotFound(err, Name) {
+		t.Errorf("vgs of the group not made yet: %v", err)
+	}
+	for dev, want := range map[string]string{"/dev/sdc": "Wipe it? [y/n]: [n]", "/dev/sdd": "device is partitioned", "/dev/sde": "without -ff"} {
+		for _, cmd := range []string{"pvcreate", "vgcreate"} {
+			args := []string{dev}
+			if cmd == "vgcreate" {
+				args = []string{Name, dev}
+			}
+			if _, err := vg.Run(ctx, cmd, args...); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s %s: %v, want %q", cmd, dev, err, want)
+			}
+		}
+	}
+	if d := vg.DeviceState("/dev/sdc"); string(d.Data) != "xfs" || d.Signatures[0].Type != "xfs" {
+		t.Errorf("a refused pvcreate changed the device: %+v", d)
+	}
+	out, err := vg.Run(ctx, "wipefs", "--no-act", "--json", "/dev/sdc")
+	if sigs, perr := lvm.Signatures(ctx, staticRunner(out), "/dev/sdc"); err != nil || perr != nil || len(sigs) != 1 || sigs[0].Type != "xfs" {
+		t.Errorf("wipefs: %q, %v, %v", out, err, perr)
+	}
+	if _, err := vg.Run(ctx, "vgcreate", "--addtag", "diskfit.disk=a", Name, "/dev/sdb"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vg.Run(ctx, "vgs", Name); err != nil || !vg.Exists() {
+		t.Errorf("vgs of the group made: %v", err)
+	}
+	if d := vg.DeviceState("/dev/sdb"); len(d.Signatures) != 1 || d.Signatures[0].Type != "LVM2_member" || d.VG != Name {
+		t.Errorf("the group's device: %+v", d)
+	}
+	if _, err := vg.Run(ctx, "vgcreate", Name, "/dev/sdb"); err == nil {
+		t.Error("vgcreate of a group that exists: no error")
+	}
+}
+
+type staticRunner string
+
+func (r staticRunner) Run(context.Context, string, ...string) (string, error) { return string(r), nil }
