@@ -36,24 +36,34 @@ var (
 	ErrUnhealthy = errors.New("disk is unhealthy")
 	// ErrExists: a create found the volume or snapshot complete already.
 	ErrExists = errors.New("already exists")
-	// ErrAnotherDisk: the filesystem at the disk's path holds another
-	// disk's state; an *AnotherDiskError says whose.
+	// ErrAnotherDisk: the filesystem at the disk's path, or the disk's
+	// volume group, holds another disk's state; an *AnotherDiskError says
+	// whose.
 	ErrAnotherDisk = errors.New("the path holds another disk's state")
 )
 
 // AnotherDiskError is why a file disk does not start on a path whose
 // state directory is recorded as another disk's: two disks mounted at each
-// other's paths, say by device names a boot handed out in another order.
+// other's paths, say by device names a boot handed out in another order;
+// or why an lvm disk does not start on a volume group tagged as another
+// disk's: a node config that swapped two disks' groups, or renamed a disk.
 // It is ErrAnotherDisk.
 type AnotherDiskError struct {
-	// Disk is the disk that did not start, Path its path.
+	// Disk is the disk that did not start, Path its path (a file disk).
 	Disk, Path string
-	// Holder is the disk the state directory at Path is recorded as;
-	// Record is that record's file.
+	// VolumeGroup is an lvm disk's volume group, "" for a file disk.
+	VolumeGroup string
+	// Holder is the disk the state directory at Path, or VolumeGroup, is
+	// recorded as; Record is that record's file, or the group's tag.
 	Holder, Record string
 }
 
 func (e *AnotherDiskError) Error() string {
+	if e.VolumeGroup != "" {
+		return fmt.Sprintf("volume group %s is disk %q's, not %q's (tagged %s): are volume groups swapped between disks, or a disk renamed, in the node config? "+
+			"(to give it to %q, move or reclaim what %q holds there and remove the tag: vgchange --deltag %s %s)",
+			e.VolumeGroup, e.Holder, e.Disk, e.Record, e.Disk, e.Holder, e.Record, e.VolumeGroup)
+	}
 	return fmt.Sprintf("%s is disk %q's, not %q's: are disks mounted at each other's paths? (to give it to %q, move or reclaim what %q holds there and remove %s)",
 		e.Path, e.Holder, e.Disk, e.Disk, e.Holder, e.Record)
 }

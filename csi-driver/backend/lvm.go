@@ -20,6 +20,8 @@ import (
 // the lvm2 tools through package lvm; what it records in the group (LV
 // names and tags) is in lvm_tags.go.
 type LVM struct {
+	// name is the disk's name, vg its volume group.
+	name            string
 	vg              string
 	device          string
 	allowInitialize bool
@@ -36,6 +38,8 @@ type LVM struct {
 	lock    serveLock
 	// wiper zeroes and removes deleted LVs (lvm_wipe.go).
 	wiper *wiper
+	// claimed says that the group is tagged as this disk's (claimVG).
+	claimed atomic.Bool
 }
 
 var (
@@ -43,13 +47,13 @@ var (
 	_ Wiping  = &LVM{}
 )
 
-// NewLVM returns a backend for volume group vg. When allowInitialize is set,
+// NewLVM returns a backend for disk name, the volume group vg. When allowInitialize is set,
 // the group does not exist and device is blank, Start creates it on device
 // (initialize). lockDir is the
 // node's directory for the lock of each volume group a driver serves
 // (lockVG): every driver on the node must see it as the same directory.
-func NewLVM(vg, device string, allowInitialize bool, reserved int64, run lvm.Runner, lockDir string) *LVM {
-	l := &LVM{vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: lvm.DeviceMapperControl, lockDir: lockDir,
+func NewLVM(name, vg, device string, allowInitialize bool, reserved int64, run lvm.Runner, lockDir string) *LVM {
+	l := &LVM{name: name, vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: lvm.DeviceMapperControl, lockDir: lockDir,
 		wiper: newWiper()}
 	l.reserved.Store(reserved)
 	return l
@@ -111,7 +115,8 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 		// DiskNode tells the scheduler why this one does not.
 		return nil
 	}
-	if _, found, err := lvm.ReadVG(ctx, l.run, l.vg); err != nil || !found {
+	vg, found, err := lvm.ReadVG(ctx, l.run, l.vg)
+	if err != nil || !found {
 		if err == nil {
 			err = fmt.Errorf("vgs answered without it")
 		}
@@ -121,6 +126,9 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 		if err := l.initialize(ctx, err); err != nil {
 			return err
 		}
+		l.claimed.Store(true)
+	} else if err := l.claimVG(ctx, vg.Tags); err != nil {
+		return err
 	}
 	lvs, err := l.lvs(ctx)
 	if err != nil {
@@ -185,10 +193,63 @@ func (l *LVM) initialize(ctx context.Context, vgsErr error) error {
 			l.vg, l.device, strings.Join(found, "; "), l.vg)
 	}
 	klog.FromContext(ctx).Info("Making the volume group on a blank device", "volumeGroup", l.vg, "device", l.device)
-	if _, err := l.run.Run(ctx, "vgcreate", l.vg, l.device); err != nil {
+	if _, err := l.run.Run(ctx, "vgcreate", "--addtag", tagDisk+l.name, l.vg, l.device); err != nil {
 		return fmt.Errorf("making volume group %s on %s: %w", l.vg, l.device, err)
 	}
 	return nil
+}
+
+// claimVG refuses a volume group tagged as another disk's (tagDisk; an
+// AnotherDiskError naming that disk), and tags one that has no disk tag
+// yet (made by an older driver, or by an admin) with this disk's name, as
+// the file backend does with its state directory (claimStateDir). A
+// volume ID names its disk, and an lvm disk is whatever group the node
+// config gives it: a config that swapped two disks' groups, or renamed a
+// disk, would otherwise serve their volumes under the wrong IDs, and
+// answer DeleteVolume for a volume whose LV is in the other group as done.
+// Removing the tag by hand gives the group to another name.
+//
+// A tag that cannot be added does not stop the disk: it is served as
+// before disks were tagged, and the next creation (claimBeforeCreating)
+// or start tags it.
+func (l *LVM) claimVG(ctx context.Context, tags []string) error {
+	own := false
+	for _, tag := range tags {
+		name, ok := strings.CutPrefix(tag, tagDisk)
+		switch {
+		case !ok:
+		case name == l.name:
+			own = true
+		default:
+			return &AnotherDiskError{Disk: l.name, VolumeGroup: l.vg, Holder: name, Record: tag}
+		}
+	}
+	if own {
+		l.claimed.Store(true)
+		return nil
+	}
+	if _, err := l.run.Run(ctx, "vgchange", "--addtag", tagDisk+l.name, l.vg); err != nil {
+		klog.FromContext(ctx).Error(err, "Cannot tag the volume group with the disk's name yet; the next creation tries again", "disk", l.name, "volumeGroup", l.vg)
+		return nil
+	}
+	l.claimed.Store(true)
+	return nil
+}
+
+// claimBeforeCreating claims the volume group, if Start could not, before
+// a creation adds to it.
+func (l *LVM) claimBeforeCreating(ctx context.Context) error {
+	if l.claimed.Load() {
+		return nil
+	}
+	vg, found, err := lvm.ReadVG(ctx, l.run, l.vg)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("volume group %s: %w", l.vg, ErrNotFound)
+	}
+	return l.claimVG(ctx, vg.Tags)
 }
 
 // Health implements Backend.
@@ -357,6 +418,9 @@ func (l *LVM) CreateVolume(ctx context.Context, req CreateRequest) (*Volume, err
 		if content == ContentUnknown {
 			content = ContentFilesystem
 		}
+	}
+	if err := l.claimBeforeCreating(ctx); err != nil {
+		return nil, err
 	}
 	if err := l.clearLeftover(ctx, name); err != nil {
 		return nil, err
@@ -558,6 +622,9 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 		return nil, fmt.Errorf("source volume: %w", err)
 	}
 	lvName := snapPrefix + key
+	if err := l.claimBeforeCreating(ctx); err != nil {
+		return nil, err
+	}
 	if err := l.clearLeftover(ctx, lvName); err != nil {
 		return nil, err
 	}

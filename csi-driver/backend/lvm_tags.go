@@ -13,6 +13,10 @@ import (
 // LV tags record everything the backend needs to rebuild its view, so the
 // volume group itself is the database.
 const (
+	// tagDisk, a tag of the volume group itself (vg_tags), holds the name
+	// of the disk whose volumes the group keeps (claimVG). Disk names are
+	// [a-z0-9._-], characters lvm2 takes in a tag as they are.
+	tagDisk     = tagPrefix + "disk="
 	tagPrefix   = "diskfit."
 	tagName     = tagPrefix + "name="
 	tagPVC      = tagPrefix + "pvc="

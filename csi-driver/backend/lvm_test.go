@@ -32,7 +32,7 @@ func dmControl(t *testing.T, present bool) string {
 
 func newLVM(t *testing.T, run *fakelvm.VG, dm bool) *LVM {
 	t.Helper()
-	l := closing(t, NewLVM("vg0", "", false, 8*mi, run, t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, "vg0", "", false, 8*mi, run, t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, dm))
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestLVMWithoutDeviceMapper(t *testing.T) {
 }
 
 func TestLVMMissingVolumeGroup(t *testing.T) {
-	l := closing(t, NewLVM("gone", "", false, 0, fakelvm.New(1<<30), t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, "gone", "", false, 0, fakelvm.New(1<<30), t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, true))
 	if err := l.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "volume group gone") {
 		t.Errorf("start with a missing volume group: %v", err)
@@ -198,7 +198,7 @@ func TestParseLVMReports(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lvs, err := NewLVM("vg0", "", false, 0, reportRunner(tt.out), "").lvs(context.Background())
+			lvs, err := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(tt.out), "").lvs(context.Background())
 			if (err != nil) != tt.wantErr || len(lvs) != tt.wantLVs {
 				t.Errorf("lvs = %v, %v", lvs, err)
 			}
@@ -206,17 +206,17 @@ func TestParseLVMReports(t *testing.T) {
 	}
 	// A snapshot's size is its size tag, or its LV's size when it was made
 	// before the tag, with a copy-on-write area of its source's size.
-	snaps, err := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"lv":[`+
+	snaps, err := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(`{"report":[{"lv":[`+
 		`{"lv_name":"s-new","lv_size":"8388608","lv_tags":"diskfit.name=YQ,diskfit.state=ready,diskfit.snapshot,diskfit.size=4194304","lv_time":"","origin":"v-a"},`+
 		`{"lv_name":"s-old","lv_size":"4194304","lv_tags":"diskfit.name=Yg,diskfit.state=ready,diskfit.snapshot","lv_time":"","origin":"v-a"}]}]}`), "").ListSnapshots(context.Background())
 	if err != nil || len(snaps) != 2 || snaps[0].SizeBytes != 4*mi || snaps[1].SizeBytes != 4*mi {
 		t.Errorf("snapshots = %+v, %v; want two of 4 MiB", snaps, err)
 	}
-	other := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`), "")
+	other := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`), "")
 	if _, err := other.Usage(context.Background()); !errors.Is(err, ErrNotFound) {
 		t.Errorf("usage from a report of another group: %v", err)
 	}
-	l := NewLVM("vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`), "")
+	l := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`), "")
 	if u, err := l.Usage(context.Background()); err != nil || u.CapacityBytes != 100 || u.FreeBytes != 40 {
 		t.Errorf("usage = %+v, %v", u, err)
 	}
@@ -250,7 +250,7 @@ func TestLVMReal(t *testing.T) {
 		_, _ = testdisk.Output("vgremove", "--yes", "--force", vg)
 		_, _ = testdisk.Output("pvremove", "--yes", dev)
 	})
-	l := closing(t, NewLVM(vg, dev, true, 0, lvm.ExecRunner{Device: dev}, t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, vg, dev, true, 0, lvm.ExecRunner{Device: dev}, t.TempDir()))
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -659,7 +659,7 @@ func (k *killedAfterItsWork) Run(ctx context.Context, name string, args ...strin
 func TestLVMCreationKilledLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	run := &killedAfterItsWork{VG: fakelvm.New(1 << 30)}
-	l := closing(t, NewLVM("vg0", "", false, 8*mi, run, t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, "vg0", "", false, 8*mi, run, t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, true))
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -761,7 +761,7 @@ func TestLVMInitializesOnlyABlankDevice(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vg := tt.host()
 			before := vg.DeviceState(device)
-			l := closing(t, NewLVM(fakelvm.Name, device, true, 0, vg, t.TempDir()))
+			l := closing(t, NewLVM(testDiskName, fakelvm.Name, device, true, 0, vg, t.TempDir()))
 			l.SetDeviceMapperControl(dmControl(t, true))
 			err := l.Start(context.Background())
 			if err == nil {
@@ -799,7 +799,7 @@ func TestLVMInitializesABlankDevice(t *testing.T) {
 	vg := fakelvm.NewUncreated(1<<30, device)
 	start := func() *LVM {
 		t.Helper()
-		l := closing(t, NewLVM(fakelvm.Name, device, true, 0, vg, t.TempDir()))
+		l := closing(t, NewLVM(testDiskName, fakelvm.Name, device, true, 0, vg, t.TempDir()))
 		l.SetDeviceMapperControl(dmControl(t, true))
 		if err := l.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -816,6 +816,9 @@ func TestLVMInitializesABlankDevice(t *testing.T) {
 			t.Errorf("%q overrides what lvm2 finds on the device", c)
 		}
 	}
+	if !slices.Equal(vg.Tags, []string{"diskfit.disk=" + testDiskName}) {
+		t.Errorf("the group made has tags %q, want its disk's (%q)", vg.Tags, vg.Commands())
+	}
 	createVolume(t, l, "v", 4*mi)
 	l.Close()
 	made := len(vg.Commands())
@@ -824,5 +827,110 @@ func TestLVMInitializesABlankDevice(t *testing.T) {
 		if strings.HasPrefix(c, "pvcreate") || strings.HasPrefix(c, "vgcreate") {
 			t.Errorf("the restart ran %q", c)
 		}
+	}
+}
+
+// TestLVMSwappedVolumeGroupsAreNotServedUnderEachOthersNames: a volume ID
+// names its disk, and an lvm disk is the volume group the node config
+// gives it. When a config swaps two disks' groups (disk a gets vg2, disk
+// b vg1), neither disk starts on the other's group: the start is refused
+// as for file disks mounted at each other's paths (AnotherDiskError,
+// naming the disk whose group it is), so the driver answers Unavailable
+// for both disks' volumes and deletes nothing. Before, after a restart
+// DeleteVolume("a:pvc-x") looked in vg2, found nothing and answered OK
+// (Kubernetes deletes the PV, and the LV in vg1 is tracked by nothing),
+// and disk a listed disk b's volumes as its own, which invites their
+// reclaim. With the config put right, both disks serve their volumes.
+// lvm2 is faked (fakelvm): this machine's kernel has no device-mapper.
+func TestLVMSwappedVolumeGroupsAreNotServedUnderEachOthersNames(t *testing.T) {
+	ctx := context.Background()
+	vg1, vg2 := fakelvm.NewGroup("vg1", 1<<30), fakelvm.NewGroup("vg2", 1<<30)
+	host := fakelvm.Host{vg1, vg2}
+	lockDir := t.TempDir()
+	start := func(disk, vg string) (*LVM, error) {
+		l := closing(t, NewLVM(disk, vg, "", false, 0, host, lockDir))
+		l.SetDeviceMapperControl(dmControl(t, true))
+		return l, l.Start(ctx)
+	}
+	for disk, vg := range map[string]string{"a": "vg1", "b": "vg2"} {
+		l, err := start(disk, vg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		createVolume(t, l, "pvc-on-"+disk, 4*mi)
+		l.Close()
+	}
+
+	// The node config swaps the groups, and the driver restarts.
+	for _, tt := range []struct{ disk, vg, holder string }{{"a", "vg2", "b"}, {"b", "vg1", "a"}} {
+		l, err := start(tt.disk, tt.vg)
+		var another *AnotherDiskError
+		if !errors.Is(err, ErrAnotherDisk) || !errors.As(err, &another) || another.Disk != tt.disk || another.Holder != tt.holder ||
+			!strings.Contains(err.Error(), tt.vg) {
+			t.Errorf("disk %s started on %s, disk %s's group: %v; want an AnotherDiskError naming disk %s and %s", tt.disk, tt.vg, tt.holder, err, tt.holder, tt.vg)
+		}
+		if err == nil {
+			// Served: what the driver answered for the disk's volumes.
+			if err := l.DeleteVolume(ctx, "pvc-on-"+tt.disk); err == nil {
+				t.Errorf("DeleteVolume(%s:pvc-on-%s) answered OK, its LV left in the other group", tt.disk, tt.disk)
+			}
+			if vols, _ := l.ListVolumes(ctx); len(vols) > 0 {
+				t.Errorf("disk %s lists disk %s's volume %s as its own", tt.disk, tt.holder, vols[0].Key)
+			}
+		}
+		l.Close()
+	}
+	if vg1.LVs["v-pvc-on-a"] == nil || vg2.LVs["v-pvc-on-b"] == nil {
+		t.Fatalf("LVs left: vg1 %v, vg2 %v", vg1.Names(), vg2.Names())
+	}
+
+	// The config put right: both disks serve their volumes.
+	for disk, vg := range map[string]string{"a": "vg1", "b": "vg2"} {
+		l, err := start(disk, vg)
+		if err != nil {
+			t.Fatalf("disk %s on its own group %s: %v", disk, vg, err)
+		}
+		if _, err := l.GetVolume(ctx, "pvc-on-"+disk); err != nil {
+			t.Errorf("disk %s's volume: %v", disk, err)
+		}
+		l.Close()
+	}
+}
+
+// TestLVMVolumeGroupIsTaggedWithItsDisk: a group made before disks were
+// recorded (or by an admin) has no disk tag: the first start tags it with
+// the disk's name (vgchange --addtag diskfit.disk=<name>), and from then
+// on it serves no other name. Removing the tag by hand gives it to
+// another. lvm2 is faked (fakelvm): this machine's kernel has no
+// device-mapper.
+func TestLVMVolumeGroupIsTaggedWithItsDisk(t *testing.T) {
+	ctx := context.Background()
+	vg := fakelvm.New(1 << 30)
+	vg.Create("v-old", 4*mi, tagName+"b2xk", tagState+"ready")
+	lockDir := t.TempDir()
+	start := func(disk string) error {
+		l := closing(t, NewLVM(disk, fakelvm.Name, "", false, 0, vg, lockDir))
+		l.SetDeviceMapperControl(dmControl(t, true))
+		err := l.Start(ctx)
+		l.Close()
+		return err
+	}
+	if err := start("a"); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(vg.Tags, []string{"diskfit.disk=a"}) {
+		t.Fatalf("group's tags after disk a's first start: %q (calls %q)", vg.Tags, vg.Calls)
+	}
+	if err := start("b"); !errors.Is(err, ErrAnotherDisk) {
+		t.Errorf("disk b on disk a's group: %v, want ErrAnotherDisk", err)
+	}
+	if !slices.Equal(vg.Tags, []string{"diskfit.disk=a"}) {
+		t.Errorf("the refused start changed the group's tags: %q", vg.Tags)
+	}
+	if _, err := vg.Run(ctx, "vgchange", "--deltag", "diskfit.disk=a", fakelvm.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := start("b"); err != nil || !slices.Equal(vg.Tags, []string{"diskfit.disk=b"}) {
+		t.Errorf("disk b on the untagged group: %v, tags %q", err, vg.Tags)
 	}
 }

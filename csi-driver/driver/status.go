@@ -162,6 +162,11 @@ func atAnotherPath(st *v1alpha1.DiskNodeStatus, disks []*disk) {
 			continue
 		}
 		ds.Reason = v1alpha1.DiskAtAnotherPath
+		if another.VolumeGroup != "" {
+			*ds = unhealthy(*ds, fmt.Errorf("its volume group is configured for another disk: its volumes are in volume group %s, which the node config gives disk %s; give it back its own volume group to serve them (%s)",
+				another.VolumeGroup, dk.name, ds.Message))
+			continue
+		}
 		*ds = unhealthy(*ds, fmt.Errorf("mounted at another disk's path: its volumes are at %s, the path of disk %s; mount its filesystem at its own path to serve them (%s)",
 			another.Path, dk.name, ds.Message))
 	}

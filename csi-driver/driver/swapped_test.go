@@ -11,9 +11,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
+	"github.com/diskfit/diskfit/csi-driver/config"
+	"github.com/diskfit/diskfit/csi-driver/internal/fakelvm"
 	"github.com/diskfit/diskfit/csi-driver/loop"
 )
 
@@ -201,5 +204,80 @@ func TestDiskRefusedOnThisKernelIsUnsupported(t *testing.T) {
 	ds := e.d.observe(e.ctx, false).Disk("a")
 	if ds == nil || ds.Healthy || ds.Reason != v1alpha1.DiskUnsupported || !strings.Contains(ds.Message, "5.19") || ds.Failed() {
 		t.Errorf("disk refused on this kernel: %+v, want unhealthy, reason Unsupported, not failed, saying why", ds)
+	}
+}
+
+// TestSwappedVolumeGroupsAreNotServedUnderEachOthersNames: the lvm disks'
+// TestSwappedDisksAreNotServedUnderEachOthersNames. A node config that
+// swaps two lvm disks' volume groups (disk a gets vg2, disk b vg1) starts
+// neither disk on the other's group, which is tagged with its disk's
+// name: calls for both disks' volumes answer Unavailable, and nothing is
+// deleted. Both are published unhealthy with reason AtAnotherPath (their
+// data is intact), saying which group holds their volumes. Before,
+// DeleteVolume("a:pvc-on-a") looked in vg2, found nothing and answered
+// OK, the LV left in vg1 tracked by nothing. With the config put right,
+// both disks serve their volumes. lvm2 is faked (fakelvm): this machine's
+// kernel has no device-mapper.
+func TestSwappedVolumeGroupsAreNotServedUnderEachOthersNames(t *testing.T) {
+	vg1, vg2 := fakelvm.NewGroup("vg1", gi), fakelvm.NewGroup("vg2", gi)
+	cfg := lvmConfig(t, fakelvm.Host{vg1, vg2})
+	cfg.Node = &config.NodeConfig{MaxVolumes: 10, Disks: []config.Disk{
+		{Name: "a", DeviceClass: "ssd", Backend: v1alpha1.BackendLVM, VolumeGroup: "vg1"},
+		{Name: "b", DeviceClass: "hdd", Backend: v1alpha1.BackendLVM, VolumeGroup: "vg2"},
+	}}
+	_, ctx := ktesting.NewTestContext(t)
+	start := func(cfg Config) *Driver {
+		t.Helper()
+		d, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Start(ctx)
+		t.Cleanup(func() { stopDisks(d) })
+		return d
+	}
+	d := start(cfg)
+	ids := []string{"a:pvc-on-a", "b:pvc-on-b"}
+	for i, class := range []string{"ssd", "hdd"} {
+		req := blockReq([]string{"pvc-on-a", "pvc-on-b"}[i], 16*mi)
+		req.Parameters[diskfit.DeviceClassParameter] = class
+		vol, err := d.CreateVolume(ctx, req)
+		if err != nil || vol.Volume.VolumeId != ids[i] {
+			t.Fatalf("volume %v, %v; want %s", vol, err, ids[i])
+		}
+	}
+
+	// The driver restarts with the groups swapped in its config.
+	stopDisks(d)
+	swapped := cfg
+	node := *cfg.Node
+	node.Disks = slices.Clone(node.Disks)
+	node.Disks[0].VolumeGroup, node.Disks[1].VolumeGroup = "vg2", "vg1"
+	swapped.Node = &node
+	d = start(swapped)
+	for _, id := range ids {
+		_, err := d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+		wantCode(t, err, codes.Unavailable)
+		if _, err := d.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: id}); status.Code(err) != codes.Unavailable {
+			t.Errorf("ControllerGetVolume(%s) with the groups swapped: %v, want Unavailable", id, err)
+		}
+	}
+	if vg1.LVs["v-pvc-on-a"] == nil || vg2.LVs["v-pvc-on-b"] == nil {
+		t.Fatalf("LVs left: vg1 %v, vg2 %v", vg1.Names(), vg2.Names())
+	}
+	st := d.observe(ctx, false)
+	for name, vg := range map[string]string{"a": "vg1", "b": "vg2"} {
+		if ds := st.Disk(name); ds == nil || ds.Healthy || ds.Reason != v1alpha1.DiskAtAnotherPath || !strings.Contains(ds.Message, "volume group "+vg) {
+			t.Errorf("disk %s, its group given to the other disk: %+v; want unhealthy, reason %s, naming %s", name, ds, v1alpha1.DiskAtAnotherPath, vg)
+		}
+	}
+
+	// The config put right: both disks serve their volumes.
+	stopDisks(d)
+	d = start(cfg)
+	for _, id := range ids {
+		if _, err := d.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			t.Errorf("DeleteVolume(%s): %v", id, err)
+		}
 	}
 }

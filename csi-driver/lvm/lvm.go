@@ -145,10 +145,11 @@ func InsufficientSpace(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "nsufficient free space")
 }
 
-// VG is a volume group's size and free space, in bytes.
+// VG is a volume group's size and free space, in bytes, and its tags.
 type VG struct {
 	SizeBytes int64
 	FreeBytes int64
+	Tags      []string
 }
 
 type vgsReport struct {
@@ -157,6 +158,7 @@ type vgsReport struct {
 			Name string `json:"vg_name"`
 			Size string `json:"vg_size"`
 			Free string `json:"vg_free"`
+			Tags string `json:"vg_tags"`
 		} `json:"vg"`
 	} `json:"report"`
 }
@@ -164,7 +166,7 @@ type vgsReport struct {
 // ReadVG runs vgs for the volume group vg. The bool is false when vgs
 // answers without reporting it.
 func ReadVG(ctx context.Context, run Runner, vg string) (VG, bool, error) {
-	out, err := run.Run(ctx, "vgs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "vg_name,vg_size,vg_free", vg)
+	out, err := run.Run(ctx, "vgs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "vg_name,vg_size,vg_free,vg_tags", vg)
 	if err != nil {
 		return VG{}, false, err
 	}
@@ -191,7 +193,11 @@ func ParseVGs(out, vg string) (VG, bool, error) {
 			if err != nil {
 				return VG{}, false, fmt.Errorf("parsing vg_free %q: %w", g.Free, err)
 			}
-			return VG{SizeBytes: size, FreeBytes: free}, true, nil
+			v := VG{SizeBytes: size, FreeBytes: free}
+			if g.Tags != "" {
+				v.Tags = strings.Split(g.Tags, ",")
+			}
+			return v, true, nil
 		}
 	}
 	return VG{}, false, nil

@@ -38,8 +38,13 @@ func TestParseReports(t *testing.T) {
 	if vg, ok, err := ParseVGs(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`, "vg0"); ok || err != nil {
 		t.Errorf("ParseVGs of another group = %+v, %v, %v", vg, ok, err)
 	}
-	if vg, ok, err := ParseVGs(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`, "vg0"); !ok || err != nil || vg != (VG{SizeBytes: 100, FreeBytes: 40}) {
+	if vg, ok, err := ParseVGs(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`, "vg0"); !ok || err != nil || vg.SizeBytes != 100 || vg.FreeBytes != 40 || vg.Tags != nil {
 		t.Errorf("ParseVGs = %+v, %v, %v", vg, ok, err)
+	}
+	// vg_tags as lvm2 2.03.16 prints them.
+	if vg, ok, err := ParseVGs(`{"report":[{"vg":[{"vg_name":"vg0", "vg_size":"62914560", "vg_free":"62914560", "vg_tags":"diskfit.disk=hdd0,other"}]}]}`, "vg0"); !ok || err != nil ||
+		!slices.Equal(vg.Tags, []string{"diskfit.disk=hdd0", "other"}) {
+		t.Errorf("ParseVGs with tags = %+v, %v, %v", vg, ok, err)
 	}
 	if _, _, err := ParseVGs(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"1g","vg_free":"40"}]}]}`, "vg0"); err == nil {
 		t.Error("ParseVGs of a size with a unit: no error")

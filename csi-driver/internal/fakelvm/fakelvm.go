@@ -88,6 +88,9 @@ type VG struct {
 	// say.
 	Devices map[string]*Device
 	PV      string
+	// Tags are the group's own tags (vg_tags): vgcreate --addtag,
+	// vgchange --addtag and --deltag change them.
+	Tags []string
 
 	// name is the group's name; missing is a group vgcreate has not made
 	// yet (NewUncreated).
@@ -212,6 +215,36 @@ func (f *VG) DeviceState(path string) *Device {
 	}
 	return &Device{Data: slices.Clone(d.Data), Signatures: slices.Clone(d.Signatures), VG: d.VG,
 		Children: slices.Clone(d.Children), ReadError: d.ReadError}
+}
+
+// Host is a node's lvm2 with several volume groups: it runs each command
+// on the group it names (a group's name, one of its LVs, an LV's device,
+// a device of the group's Devices). A command that names none answers as
+// lvm2 does for a group that does not exist.
+type Host []*VG
+
+// Run implements lvm.Runner.
+func (h Host) Run(ctx context.Context, name string, args ...string) (string, error) {
+	for _, f := range h {
+		if f.named(args) {
+			return f.Run(ctx, name, args...)
+		}
+	}
+	last := args[len(args)-1]
+	return "", failed(name, args, 5, "Volume group \"%s\" not found\n  Cannot process volume group %s", last, last)
+}
+
+// named reports whether a command's arguments name the group.
+func (f *VG) named(args []string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range args {
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "if="), "of=") // dd's
+		if a == f.name || strings.HasPrefix(a, f.name+"/") || strings.HasPrefix(a, "/dev/"+f.name+"/") || f.Devices[a] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // failed is a command's failure as lvm.ExecRunner reports it: its exit
@@ -437,7 +470,25 @@ func (f *VG) run(name string, args []string) (string, error) {
 		if last != f.name || f.missing {
 			return none, failed(name, args, 5, "Volume group \"%s\" not found\n  Cannot process volume group %s", last, last)
 		}
-		return fmt.Sprintf(`{"report":[{"vg":[{"vg_name":%q,"vg_size":"%d","vg_free":"%d"}]}]}`, f.name, f.Size, f.Free), nil
+		return fmt.Sprintf(`{"report":[{"vg":[{"vg_name":%q,"vg_size":"%d","vg_free":"%d","vg_tags":%q}]}]}`, f.name, f.Size, f.Free, strings.Join(f.Tags, ",")), nil
+	case "vgchange":
+		if last != f.name || f.missing {
+			return "", failed(name, args, 5, "Volume group \"%s\" not found\n  Cannot process volume group %s", last, last)
+		}
+		for i := 0; i+1 < len(args); i++ {
+			switch args[i] {
+			case "--addtag":
+				if !slices.Contains(f.Tags, args[i+1]) {
+					f.Tags = append(f.Tags, args[i+1])
+				}
+			case "--deltag":
+				f.Tags = slices.DeleteFunc(f.Tags, func(tag string) bool { return tag == args[i+1] })
+			default:
+				if strings.HasPrefix(args[i], "-") {
+					return "", fmt.Errorf("vgchange: the fake knows only --addtag and --deltag: %q", args)
+				}
+			}
+		}
 	case "pvcreate":
 		return "", f.pvcreate(name, args, last)
 	case "vgcreate":
@@ -457,6 +508,11 @@ func (f *VG) run(name string, args []string) (string, error) {
 		}
 		d = f.Devices[dev]
 		d.VG, f.PV, f.missing = group, dev, false
+		for i, a := range args {
+			if a == "--addtag" {
+				f.Tags = append(f.Tags, args[i+1])
+			}
+		}
 	case "wipefs":
 		// Only listing: the backend never wipes a device.
 		if !has("--no-act") && !has("-n") || !has("--json") {
