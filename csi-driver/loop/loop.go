@@ -212,24 +212,11 @@ func Attach(ctx context.Context, file File, readOnly bool) (string, error) {
 // throughout, so dev cannot be freed, and its number given to another
 // file, between the check of its backing file and the clearing.
 func keep(dev string, file File, readOnly bool) (bool, error) {
-	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	if err != nil {
+	fd, info, err := openServing(dev, file)
+	if fd < 0 || err != nil {
 		return false, err
 	}
 	defer unix.Close(fd)
-	info, err := unix.IoctlLoopGetStatus64(fd)
-	if errors.Is(err, unix.ENXIO) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading the status of %s: %w", dev, err)
-	}
-	if !serves(info, file, inode(file)) {
-		return false, nil
-	}
 	if (info.Flags&unix.LO_FLAGS_READ_ONLY != 0) != readOnly {
 		return false, fmt.Errorf("%s on %s: %w", file, dev, ErrReadOnlyDiffers)
 	}
@@ -247,6 +234,29 @@ func keep(dev string, file File, readOnly bool) (bool, error) {
 		return false, fmt.Errorf("%s on %s: %w: clearing LO_FLAGS_AUTOCLEAR: %w", file, dev, ErrBeingDetached, err)
 	}
 	return true, nil
+}
+
+// openServing opens dev if it serves file and returns the descriptor, to
+// be closed by the caller, and dev's status read through it; held open,
+// dev cannot be freed and its number given to another file. fd is -1 when
+// dev serves no file or another one.
+func openServing(dev string, file File) (fd int, info *unix.LoopInfo64, err error) {
+	fd, err = unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT) {
+		return -1, nil, nil
+	}
+	if err != nil {
+		return -1, nil, fmt.Errorf("opening %s: %w", dev, err)
+	}
+	info, err = unix.IoctlLoopGetStatus64(fd)
+	if err == nil && serves(info, file, inode(file)) {
+		return fd, info, nil
+	}
+	unix.Close(fd)
+	if err != nil && !errors.Is(err, unix.ENXIO) {
+		return -1, nil, fmt.Errorf("reading the status of %s: %w", dev, err)
+	}
+	return -1, nil, nil
 }
 
 // disableDiscard stops dev from passing discards to its backing file. A loop
@@ -305,24 +315,11 @@ func Detach(ctx context.Context, file File) error {
 // kernel frees it once no one holds it open, at the latest when the
 // descriptor is closed here.
 func detachServing(dev string, file File) error {
-	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("opening %s to detach it: %w", dev, err)
+	fd, _, err := openServing(dev, file)
+	if fd < 0 || err != nil {
+		return err
 	}
 	defer unix.Close(fd)
-	info, err := unix.IoctlLoopGetStatus64(fd)
-	if errors.Is(err, unix.ENXIO) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading the status of %s: %w", dev, err)
-	}
-	if !serves(info, file, inode(file)) {
-		return nil
-	}
 	if err := unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0); err != nil && !errors.Is(err, unix.ENXIO) {
 		return fmt.Errorf("detaching %s from %s: %w", dev, file, err)
 	}
