@@ -750,6 +750,12 @@ func TestLVMInitializesOnlyABlankDevice(t *testing.T) {
 				vg.Devices[device].VG = "vg9"
 				return vg
 			}},
+		{name: "the device does not exist", want: []string{"No such file or directory"},
+			host: func() *fakelvm.VG {
+				vg := fakelvm.NewUncreated(1<<30, device)
+				delete(vg.Devices, device)
+				return vg
+			}},
 		{name: "the device is partitioned", want: []string{"sdb1"},
 			host: func() *fakelvm.VG {
 				vg := fakelvm.NewUncreated(1<<30, device)
@@ -779,11 +785,36 @@ func TestLVMInitializesOnlyABlankDevice(t *testing.T) {
 				}
 			}
 			after := vg.DeviceState(device)
+			if before == nil || after == nil {
+				if before != after {
+					t.Errorf("the device was %v, now %v", before, after)
+				}
+				return
+			}
 			if !bytes.Equal(after.Data, before.Data) || !slices.Equal(after.Signatures, before.Signatures) {
 				// (The zeroes before the fake's PV label left out.)
 				t.Errorf("the device changed: held %q with %v, now %q with %v", before.Data, before.Signatures, bytes.Trim(after.Data, "\x00"), after.Signatures)
 			}
 		})
+	}
+}
+
+// TestLVMStartsWithItsDeviceGone: the device is only for making the
+// group. A group that exists starts when the device named for it is gone
+// (its disk replaced by another PV, a boot that renamed it), and nothing
+// probes or writes a device. lvm2 is faked (fakelvm): this machine's
+// kernel has no device-mapper.
+func TestLVMStartsWithItsDeviceGone(t *testing.T) {
+	vg := fakelvm.New(1 << 30)
+	l := closing(t, NewLVM(testDiskName, fakelvm.Name, "/dev/gone", true, 0, vg, t.TempDir()))
+	l.SetDeviceMapperControl(dmControl(t, true))
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatalf("Start of an existing group whose device is gone: %v", err)
+	}
+	for _, c := range vg.Commands() {
+		if strings.Contains(c, "/dev/gone") {
+			t.Errorf("ran %q", c)
+		}
 	}
 }
 

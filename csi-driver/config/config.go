@@ -213,12 +213,12 @@ func validateLVMDisk(d *Disk) error {
 		if !d.AllowInitialize {
 			return fmt.Errorf("disk %q: device %s is given but allowInitialize is not set", d.Name, d.Device)
 		}
-		st, err := os.Stat(d.Device)
-		if err != nil {
-			return fmt.Errorf("disk %q: device: %w", d.Name, err)
-		}
-		if st.Mode()&os.ModeDevice == 0 {
-			return fmt.Errorf("disk %q: %s is not a device", d.Name, d.Device)
+		// Only its form: the device is used, and probed, only when the
+		// group does not exist (backend.LVM's Start). A device gone since
+		// the group was made on it (its disk died, a boot renamed it)
+		// must not keep the node's other disks from being served.
+		if !filepath.IsAbs(d.Device) {
+			return fmt.Errorf("disk %q: device %q is not absolute", d.Name, d.Device)
 		}
 	}
 	return nil
