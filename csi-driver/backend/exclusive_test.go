@@ -89,7 +89,7 @@ func TestSecondDriverOnAVolumeGroupLeavesTheFirstsWorkAlone(t *testing.T) {
 	}()
 	<-paused
 
-	second := closing(t, NewLVM(testDiskName, fakelvm.Name, "", false, 0, vg, first.lockDir)) // the same node
+	second := closing(t, NewLVM(testDiskName, fakelvm.Name, "", false, 0, vg, first.lockDir, first.lockDir)) // the same node
 	second.SetDeviceMapperControl(dmControl(t, true))
 	err := second.Start(ctx)
 	if err == nil {

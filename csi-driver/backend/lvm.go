@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,6 +41,22 @@ type LVM struct {
 	wiper *wiper
 	// claimed says that the group is tagged as this disk's (claimVG).
 	claimed atomic.Bool
+	// servedPath is the group's servedRecord.
+	servedPath string
+}
+
+// servedRecord, <stateDir>/<group>.json, records that this node served
+// the volume group, and which group it was: lvm2's UUID for it, given when
+// it was made. A group that was served and is gone (its disk died, or is
+// slow to appear at boot) is not made again on the configured device,
+// which may by then be another disk under that name (a replacement, a
+// spare, another driver's LUN: blank, so initialize would take it), and a
+// group of the name with another UUID (made since, or a tenant's copy on a
+// device lvm2 reads) is not served in its place.
+type servedRecord struct {
+	VolumeGroup string `json:"volumeGroup"`
+	UUID        string `json:"uuid"`
+	Disk        string `json:"disk"`
 }
 
 var (
@@ -52,9 +69,11 @@ var (
 // (initialize). lockDir is the
 // node's directory for the lock of each volume group a driver serves
 // (lockVG): every driver on the node must see it as the same directory.
-func NewLVM(name, vg, device string, allowInitialize bool, reserved int64, run lvm.Runner, lockDir string) *LVM {
+// stateDir is a directory of the node that outlives its boots, where the
+// group is recorded once served (servedRecord).
+func NewLVM(name, vg, device string, allowInitialize bool, reserved int64, run lvm.Runner, lockDir, stateDir string) *LVM {
 	l := &LVM{name: name, vg: vg, device: device, allowInitialize: allowInitialize, run: run, dmControl: lvm.DeviceMapperControl, lockDir: lockDir,
-		wiper: newWiper()}
+		servedPath: filepath.Join(stateDir, vg+".json"), wiper: newWiper()}
 	l.reserved.Store(reserved)
 	return l
 }
@@ -115,19 +134,7 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 		// DiskNode tells the scheduler why this one does not.
 		return nil
 	}
-	vg, found, err := lvm.ReadVG(ctx, l.run, l.vg)
-	if err != nil || !found {
-		if err == nil {
-			err = fmt.Errorf("vgs answered without it")
-		}
-		if !l.allowInitialize {
-			return fmt.Errorf("volume group %s: %w", l.vg, err)
-		}
-		if err := l.initialize(ctx, err); err != nil {
-			return err
-		}
-		l.claimed.Store(true)
-	} else if err := l.claimVG(ctx, vg.Tags); err != nil {
+	if err := l.startGroup(ctx); err != nil {
 		return err
 	}
 	lvs, err := l.lvs(ctx)
@@ -149,6 +156,58 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 		}
 	}
 	l.wiper.start(klog.NewContext(ctx, klog.FromContext(ctx).WithValues("volumeGroup", l.vg)), l.wipeAll, pending)
+	return nil
+}
+
+// startGroup finds the volume group, or makes it (initialize), checks
+// that it is the group the disk served before (servedRecord) and this
+// disk's (claimVG), and records it as served.
+func (l *LVM) startGroup(ctx context.Context) error {
+	var served *servedRecord
+	switch err := readJSON(l.servedPath, &served); {
+	case errors.Is(err, fs.ErrNotExist):
+		served = nil
+	case err != nil:
+		return fmt.Errorf("cannot tell whether this node served volume group %s before: %w", l.vg, err)
+	}
+	vg, found, err := lvm.ReadVG(ctx, l.run, l.vg)
+	if err == nil && !found {
+		err = errors.New("vgs answered without it")
+	}
+	switch {
+	case err != nil && !l.allowInitialize:
+		return fmt.Errorf("volume group %s: %w", l.vg, err)
+	case err != nil && served != nil:
+		return fmt.Errorf("volume group %s (UUID %s), which disk %q served, is not found (%w); it is not made again on %s, which may be another disk by now: "+
+			"if its disk is gone for good, and its volumes with it, remove %s to have the group made anew", l.vg, served.UUID, served.Disk, err, l.device, l.servedPath)
+	case err != nil:
+		if err := l.initialize(ctx, err); err != nil {
+			return err
+		}
+		if vg, found, err = lvm.ReadVG(ctx, l.run, l.vg); err != nil || !found {
+			return fmt.Errorf("reading volume group %s just made: %w (reported: %v)", l.vg, err, found)
+		}
+		l.claimed.Store(true)
+	case served != nil && served.UUID != vg.UUID:
+		return fmt.Errorf("volume group %s is not the group disk %q served (UUID %s, now %s): one of the name made since, or on a device that is not the group's, is not served in its place; "+
+			"if the group was made anew on purpose, remove %s", l.vg, served.Disk, served.UUID, vg.UUID, l.servedPath)
+	default:
+		if err := l.claimVG(ctx, vg.Tags); err != nil {
+			return err
+		}
+	}
+	if served != nil {
+		return nil
+	}
+	if vg.UUID == "" {
+		return fmt.Errorf("vgs reported no UUID for volume group %s", l.vg)
+	}
+	if err := os.MkdirAll(filepath.Dir(l.servedPath), 0o700); err != nil {
+		return fmt.Errorf("recording volume group %s as served: %w", l.vg, err)
+	}
+	if err := writeJSONAtomic(l.servedPath, servedRecord{VolumeGroup: l.vg, UUID: vg.UUID, Disk: l.name}, true, nil); err != nil {
+		return fmt.Errorf("recording volume group %s as served: %w", l.vg, err)
+	}
 	return nil
 }
 

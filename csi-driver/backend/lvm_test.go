@@ -32,7 +32,7 @@ func dmControl(t *testing.T, present bool) string {
 
 func newLVM(t *testing.T, run *fakelvm.VG, dm bool) *LVM {
 	t.Helper()
-	l := closing(t, NewLVM(testDiskName, "vg0", "", false, 8*mi, run, t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, "vg0", "", false, 8*mi, run, t.TempDir(), t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, dm))
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestLVMWithoutDeviceMapper(t *testing.T) {
 }
 
 func TestLVMMissingVolumeGroup(t *testing.T) {
-	l := closing(t, NewLVM(testDiskName, "gone", "", false, 0, fakelvm.New(1<<30), t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, "gone", "", false, 0, fakelvm.New(1<<30), t.TempDir(), t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, true))
 	if err := l.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "volume group gone") {
 		t.Errorf("start with a missing volume group: %v", err)
@@ -198,7 +198,7 @@ func TestParseLVMReports(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lvs, err := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(tt.out), "").lvs(context.Background())
+			lvs, err := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(tt.out), "", "").lvs(context.Background())
 			if (err != nil) != tt.wantErr || len(lvs) != tt.wantLVs {
 				t.Errorf("lvs = %v, %v", lvs, err)
 			}
@@ -208,15 +208,15 @@ func TestParseLVMReports(t *testing.T) {
 	// before the tag, with a copy-on-write area of its source's size.
 	snaps, err := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(`{"report":[{"lv":[`+
 		`{"lv_name":"s-new","lv_size":"8388608","lv_tags":"diskfit.name=YQ,diskfit.state=ready,diskfit.snapshot,diskfit.size=4194304","lv_time":"","origin":"v-a"},`+
-		`{"lv_name":"s-old","lv_size":"4194304","lv_tags":"diskfit.name=Yg,diskfit.state=ready,diskfit.snapshot","lv_time":"","origin":"v-a"}]}]}`), "").ListSnapshots(context.Background())
+		`{"lv_name":"s-old","lv_size":"4194304","lv_tags":"diskfit.name=Yg,diskfit.state=ready,diskfit.snapshot","lv_time":"","origin":"v-a"}]}]}`), "", "").ListSnapshots(context.Background())
 	if err != nil || len(snaps) != 2 || snaps[0].SizeBytes != 4*mi || snaps[1].SizeBytes != 4*mi {
 		t.Errorf("snapshots = %+v, %v; want two of 4 MiB", snaps, err)
 	}
-	other := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`), "")
+	other := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"other","vg_size":"1","vg_free":"1"}]}]}`), "", "")
 	if _, err := other.Usage(context.Background()); !errors.Is(err, ErrNotFound) {
 		t.Errorf("usage from a report of another group: %v", err)
 	}
-	l := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`), "")
+	l := NewLVM(testDiskName, "vg0", "", false, 0, reportRunner(`{"report":[{"vg":[{"vg_name":"vg0","vg_size":"100","vg_free":"40"}]}]}`), "", "")
 	if u, err := l.Usage(context.Background()); err != nil || u.CapacityBytes != 100 || u.FreeBytes != 40 {
 		t.Errorf("usage = %+v, %v", u, err)
 	}
@@ -250,7 +250,7 @@ func TestLVMReal(t *testing.T) {
 		_, _ = testdisk.Output("vgremove", "--yes", "--force", vg)
 		_, _ = testdisk.Output("pvremove", "--yes", dev)
 	})
-	l := closing(t, NewLVM(testDiskName, vg, dev, true, 0, lvm.ExecRunner{Device: dev}, t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, vg, dev, true, 0, lvm.ExecRunner{Device: dev}, t.TempDir(), t.TempDir()))
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -659,7 +659,7 @@ func (k *killedAfterItsWork) Run(ctx context.Context, name string, args ...strin
 func TestLVMCreationKilledLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	run := &killedAfterItsWork{VG: fakelvm.New(1 << 30)}
-	l := closing(t, NewLVM(testDiskName, "vg0", "", false, 8*mi, run, t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, "vg0", "", false, 8*mi, run, t.TempDir(), t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, true))
 	if err := l.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -767,7 +767,7 @@ func TestLVMInitializesOnlyABlankDevice(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vg := tt.host()
 			before := vg.DeviceState(device)
-			l := closing(t, NewLVM(testDiskName, fakelvm.Name, device, true, 0, vg, t.TempDir()))
+			l := closing(t, NewLVM(testDiskName, fakelvm.Name, device, true, 0, vg, t.TempDir(), t.TempDir()))
 			l.SetDeviceMapperControl(dmControl(t, true))
 			err := l.Start(context.Background())
 			if err == nil {
@@ -806,7 +806,7 @@ func TestLVMInitializesOnlyABlankDevice(t *testing.T) {
 // kernel has no device-mapper.
 func TestLVMStartsWithItsDeviceGone(t *testing.T) {
 	vg := fakelvm.New(1 << 30)
-	l := closing(t, NewLVM(testDiskName, fakelvm.Name, "/dev/gone", true, 0, vg, t.TempDir()))
+	l := closing(t, NewLVM(testDiskName, fakelvm.Name, "/dev/gone", true, 0, vg, t.TempDir(), t.TempDir()))
 	l.SetDeviceMapperControl(dmControl(t, true))
 	if err := l.Start(context.Background()); err != nil {
 		t.Fatalf("Start of an existing group whose device is gone: %v", err)
@@ -815,6 +815,51 @@ func TestLVMStartsWithItsDeviceGone(t *testing.T) {
 		if strings.Contains(c, "/dev/gone") {
 			t.Errorf("ran %q", c)
 		}
+	}
+}
+
+// TestLVMDoesNotMakeAgainAGroupItServed: allowInitialize makes a group
+// once. The group served, its disk then gone (it died, or is slow to
+// appear at boot: lvm2 says "not found") and the configured device name
+// handed to a blank disk (a replacement, a spare, another driver's LUN),
+// no group is made there: the disk's volumes would read as gone, and new
+// ones land on a disk that is not the group's. A group of the name with
+// another UUID (made since by hand, or planted on a device lvm2 reads) is
+// not served in its place. Both say which record to remove to have the
+// group made anew. lvm2 is faked (fakelvm): this machine's kernel has no
+// device-mapper.
+func TestLVMDoesNotMakeAgainAGroupItServed(t *testing.T) {
+	const device = "/dev/sdb"
+	ctx := context.Background()
+	lockDir, stateDir := t.TempDir(), t.TempDir()
+	start := func(vg *fakelvm.VG) error {
+		t.Helper()
+		l := closing(t, NewLVM(testDiskName, fakelvm.Name, device, true, 0, vg, lockDir, stateDir))
+		l.SetDeviceMapperControl(dmControl(t, true))
+		err := l.Start(ctx)
+		l.Close()
+		return err
+	}
+	served := fakelvm.NewUncreated(1<<30, device)
+	if err := start(served); err != nil {
+		t.Fatal(err)
+	}
+
+	gone := fakelvm.NewUncreated(1<<30, device)
+	err := start(gone)
+	if err == nil || !strings.Contains(err.Error(), "not made again") {
+		t.Errorf("Start with the served group gone and a blank disk at %s: %v; want a refusal", device, err)
+	}
+	if gone.Exists() {
+		t.Errorf("the group was made again on the disk now at %s: %q", device, gone.Commands())
+	}
+
+	other := fakelvm.New(1 << 30)
+	if err := start(other); err == nil || !strings.Contains(err.Error(), "not the group") || !strings.Contains(err.Error(), other.UUID) {
+		t.Errorf("Start with another group of the name (UUID %s): %v; want a refusal naming it", other.UUID, err)
+	}
+	if err := start(served); err != nil {
+		t.Errorf("Start with the served group back: %v", err)
 	}
 }
 
@@ -830,7 +875,7 @@ func TestLVMInitializesABlankDevice(t *testing.T) {
 	vg := fakelvm.NewUncreated(1<<30, device)
 	start := func() *LVM {
 		t.Helper()
-		l := closing(t, NewLVM(testDiskName, fakelvm.Name, device, true, 0, vg, t.TempDir()))
+		l := closing(t, NewLVM(testDiskName, fakelvm.Name, device, true, 0, vg, t.TempDir(), t.TempDir()))
 		l.SetDeviceMapperControl(dmControl(t, true))
 		if err := l.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -879,7 +924,7 @@ func TestLVMSwappedVolumeGroupsAreNotServedUnderEachOthersNames(t *testing.T) {
 	host := fakelvm.Host{vg1, vg2}
 	lockDir := t.TempDir()
 	start := func(disk, vg string) (*LVM, error) {
-		l := closing(t, NewLVM(disk, vg, "", false, 0, host, lockDir))
+		l := closing(t, NewLVM(disk, vg, "", false, 0, host, lockDir, lockDir))
 		l.SetDeviceMapperControl(dmControl(t, true))
 		return l, l.Start(ctx)
 	}
@@ -940,7 +985,7 @@ func TestLVMVolumeGroupIsTaggedWithItsDisk(t *testing.T) {
 	vg.Create("v-old", 4*mi, tagName+"b2xk", tagState+"ready")
 	lockDir := t.TempDir()
 	start := func(disk string) error {
-		l := closing(t, NewLVM(disk, fakelvm.Name, "", false, 0, vg, lockDir))
+		l := closing(t, NewLVM(disk, fakelvm.Name, "", false, 0, vg, lockDir, lockDir))
 		l.SetDeviceMapperControl(dmControl(t, true))
 		err := l.Start(ctx)
 		l.Close()

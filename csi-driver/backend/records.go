@@ -180,6 +180,13 @@ func listKeys(dir string) ([]string, error) {
 // the syncs share the filesystem's log writes instead of waiting for one
 // another.
 func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fault.Step, vouches ...*os.File) error {
+	return writeJSONAtomic(path, v, durable, func() error { return f.faults.Reach(tempWritten) }, vouches...)
+}
+
+// writeJSONAtomic writes v as JSON to a temporary file beside path, syncs
+// it with vouches, calls beforeRename (when not nil) and renames it to
+// path; durable syncs the directory too.
+func writeJSONAtomic(path string, v any, durable bool, beforeRename func() error, vouches ...*os.File) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding record: %w", err)
@@ -201,8 +208,10 @@ func (f *File) writeJSONAtomic(path string, v any, durable bool, tempWritten fau
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("writing record: %w", err)
 	}
-	if err := f.faults.Reach(tempWritten); err != nil {
-		return err
+	if beforeRename != nil {
+		if err := beforeRename(); err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("renaming record: %w", err)

@@ -32,7 +32,7 @@ func newWipeLVM(t *testing.T, n int) (*LVM, *fakelvm.VG) {
 // lockDir, retrying failed wipes quickly.
 func startWipeLVM(t *testing.T, vg *fakelvm.VG, lockDir string) *LVM {
 	t.Helper()
-	l := closing(t, NewLVM(testDiskName, fakelvm.Name, "", false, 0, vg, lockDir))
+	l := closing(t, NewLVM(testDiskName, fakelvm.Name, "", false, 0, vg, lockDir, lockDir))
 	l.SetDeviceMapperControl(dmControl(t, true))
 	fastWipes(l)
 	if err := l.Start(context.Background()); err != nil {

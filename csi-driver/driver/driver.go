@@ -370,7 +370,7 @@ func (d *Driver) newDisk(dc config.Disk) *disk {
 		if run == nil {
 			run = lvm.ExecRunner{Device: dc.Device}
 		}
-		l := backend.NewLVM(dc.Name, dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), run, d.cfg.LockDir)
+		l := backend.NewLVM(dc.Name, dc.VolumeGroup, dc.Device, dc.AllowInitialize, dc.ReservedBytes(), run, d.cfg.LockDir, filepath.Join(d.kubeletDir, "plugins", diskfit.DriverName, "volume-groups"))
 		if d.cfg.DeviceMapperControl != "" {
 			l.SetDeviceMapperControl(d.cfg.DeviceMapperControl)
 		}

@@ -225,7 +225,7 @@ func (r *lvmHangRunner) Run(ctx context.Context, name string, args ...string) (s
 		if r.hang.Load() {
 			return lvm.ExecRunner{}.Run(ctx, "sleep", "60")
 		}
-		return `{"report":[{"vg":[{"vg_name":"vg0","vg_size":"1073741824","vg_free":"536870912"}]}]}`, nil
+		return `{"report":[{"vg":[{"vg_name":"vg0","vg_size":"1073741824","vg_free":"536870912","vg_uuid":"u1"}]}]}`, nil
 	case "lvs":
 		return `{"report":[{"lv":[]}]}`, nil
 	}

@@ -145,11 +145,13 @@ func InsufficientSpace(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "nsufficient free space")
 }
 
-// VG is a volume group's size and free space, in bytes, and its tags.
+// VG is a volume group's size and free space, in bytes, its tags and its
+// UUID, which lvm2 gives it when it is made and keeps when it is renamed.
 type VG struct {
 	SizeBytes int64
 	FreeBytes int64
 	Tags      []string
+	UUID      string
 }
 
 type vgsReport struct {
@@ -159,6 +161,7 @@ type vgsReport struct {
 			Size string `json:"vg_size"`
 			Free string `json:"vg_free"`
 			Tags string `json:"vg_tags"`
+			UUID string `json:"vg_uuid"`
 		} `json:"vg"`
 	} `json:"report"`
 }
@@ -166,7 +169,7 @@ type vgsReport struct {
 // ReadVG runs vgs for the volume group vg. The bool is false when vgs
 // answers without reporting it.
 func ReadVG(ctx context.Context, run Runner, vg string) (VG, bool, error) {
-	out, err := run.Run(ctx, "vgs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "vg_name,vg_size,vg_free,vg_tags", vg)
+	out, err := run.Run(ctx, "vgs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "vg_name,vg_size,vg_free,vg_tags,vg_uuid", vg)
 	if err != nil {
 		return VG{}, false, err
 	}
@@ -193,7 +196,7 @@ func ParseVGs(out, vg string) (VG, bool, error) {
 			if err != nil {
 				return VG{}, false, fmt.Errorf("parsing vg_free %q: %w", g.Free, err)
 			}
-			v := VG{SizeBytes: size, FreeBytes: free}
+			v := VG{SizeBytes: size, FreeBytes: free, UUID: g.UUID}
 			if g.Tags != "" {
 				v.Tags = strings.Split(g.Tags, ",")
 			}

@@ -58,6 +58,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/diskfit/diskfit/csi-driver/lvm"
 )
@@ -91,6 +92,8 @@ type VG struct {
 	// Tags are the group's own tags (vg_tags): vgcreate --addtag,
 	// vgchange --addtag and --deltag change them.
 	Tags []string
+	// UUID is the group's (vg_uuid): vgcreate gives a new one.
+	UUID string
 
 	// name is the group's name; missing is a group vgcreate has not made
 	// yet (NewUncreated).
@@ -176,10 +179,16 @@ var pvLabel = append(make([]byte, 512), []byte("LABELONE\x00\x00\x00\x00\x00\x00
 // New returns an empty volume group of size bytes, named Name.
 func New(size int64) *VG { return NewGroup(Name, size) }
 
+// uuids numbers the groups the fake makes, for their UUIDs.
+var uuids atomic.Int64
+
+// newUUID returns a UUID no other group of the process has.
+func newUUID() string { return fmt.Sprintf("fake-%06d", uuids.Add(1)) }
+
 // NewGroup returns an empty volume group of size bytes named name.
 func NewGroup(name string, size int64) *VG {
 	n := size / ExtentSize
-	return &VG{Size: size, Free: n * ExtentSize, LVs: map[string]*LV{}, Fail: map[string]error{}, Devices: map[string]*Device{},
+	return &VG{Size: size, Free: n * ExtentSize, LVs: map[string]*LV{}, Fail: map[string]error{}, Devices: map[string]*Device{}, UUID: newUUID(),
 		name: name, data: make([][]byte, n), used: make([]bool, n), unflushed: map[int][]byte{}}
 }
 
@@ -470,7 +479,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 		if last != f.name || f.missing {
 			return none, failed(name, args, 5, "Volume group \"%s\" not found\n  Cannot process volume group %s", last, last)
 		}
-		return fmt.Sprintf(`{"report":[{"vg":[{"vg_name":%q,"vg_size":"%d","vg_free":"%d","vg_tags":%q}]}]}`, f.name, f.Size, f.Free, strings.Join(f.Tags, ",")), nil
+		return fmt.Sprintf(`{"report":[{"vg":[{"vg_name":%q,"vg_size":"%d","vg_free":"%d","vg_tags":%q,"vg_uuid":%q}]}]}`, f.name, f.Size, f.Free, strings.Join(f.Tags, ","), f.UUID), nil
 	case "vgchange":
 		if last != f.name || f.missing {
 			return "", failed(name, args, 5, "Volume group \"%s\" not found\n  Cannot process volume group %s", last, last)
@@ -507,7 +516,7 @@ func (f *VG) run(name string, args []string) (string, error) {
 			}
 		}
 		d = f.Devices[dev]
-		d.VG, f.PV, f.missing = group, dev, false
+		d.VG, f.PV, f.missing, f.UUID = group, dev, false, newUUID()
 		for i, a := range args {
 			if a == "--addtag" {
 				f.Tags = append(f.Tags, args[i+1])
