@@ -149,14 +149,19 @@ func (d *Driver) observe(ctx context.Context, start bool) *v1alpha1.DiskNodeStat
 // another disk's path (two disks at each other's paths, or one at the
 // path of a disk that died, after a boot that handed out device names in
 // another order), so its data is intact, and diskfit-controller releases
-// none of its claims. A disk whose state is found nowhere is left as it
-// is: it may have failed.
+// none of its claims. A file disk whose state is found nowhere is left as
+// it is: it may have failed. An lvm disk given another disk's group is
+// marked too: a group is found by its name, which no boot hands out
+// anew, so its own group was only left out of the node config, not lost.
 func atAnotherPath(st *v1alpha1.DiskNodeStatus, disks []*disk) {
+	var refused []*backend.AnotherDiskError
 	for _, dk := range disks {
 		var another *backend.AnotherDiskError
-		if !errors.As(dk.unavailable(), &another) {
-			continue
+		if errors.As(dk.unavailable(), &another) {
+			refused = append(refused, another)
 		}
+	}
+	for _, another := range refused {
 		ds := st.Disk(another.Holder)
 		if ds == nil || ds.Healthy || ds.Reason != "" {
 			continue
@@ -164,11 +169,22 @@ func atAnotherPath(st *v1alpha1.DiskNodeStatus, disks []*disk) {
 		ds.Reason = v1alpha1.DiskAtAnotherPath
 		if another.VolumeGroup != "" {
 			*ds = unhealthy(*ds, fmt.Errorf("its volume group is configured for another disk: its volumes are in volume group %s, which the node config gives disk %s; give it back its own volume group to serve them (%s)",
-				another.VolumeGroup, dk.name, ds.Message))
+				another.VolumeGroup, another.Disk, ds.Message))
 			continue
 		}
 		*ds = unhealthy(*ds, fmt.Errorf("mounted at another disk's path: its volumes are at %s, the path of disk %s; mount its filesystem at its own path to serve them (%s)",
-			another.Path, dk.name, ds.Message))
+			another.Path, another.Disk, ds.Message))
+	}
+	// An lvm disk given another disk's group whose own group no other
+	// disk was given.
+	for _, another := range refused {
+		ds := st.Disk(another.Disk)
+		if another.VolumeGroup == "" || ds == nil || ds.Healthy || ds.Reason != "" {
+			continue
+		}
+		ds.Reason = v1alpha1.DiskAtAnotherPath
+		*ds = unhealthy(*ds, fmt.Errorf("given another disk's volume group: the node config gives it volume group %s, which holds disk %s's volumes; give it its own volume group to serve its volumes (%s)",
+			another.VolumeGroup, another.Holder, ds.Message))
 	}
 }
 

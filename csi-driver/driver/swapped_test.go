@@ -272,6 +272,21 @@ func TestSwappedVolumeGroupsAreNotServedUnderEachOthersNames(t *testing.T) {
 		}
 	}
 
+	// Disk b gone from the config and disk a given b's group: a's own
+	// group is not lost but left out of the config (a group is found by
+	// its name, which no boot changes), so a is published AtAnotherPath
+	// too, naming the group it was given, and releases no claim.
+	stopDisks(d)
+	onlyA := cfg
+	nodeA := *cfg.Node
+	nodeA.Disks = []config.Disk{cfg.Node.Disks[0]}
+	nodeA.Disks[0].VolumeGroup = "vg2"
+	onlyA.Node = &nodeA
+	d = start(onlyA)
+	if ds := d.observe(ctx, false).Disk("a"); ds == nil || ds.Healthy || ds.Reason != v1alpha1.DiskAtAnotherPath || !strings.Contains(ds.Message, "vg2") {
+		t.Errorf("disk a given disk b's group, b not configured: %+v; want unhealthy, reason %s, naming vg2", ds, v1alpha1.DiskAtAnotherPath)
+	}
+
 	// The config put right: both disks serve their volumes.
 	stopDisks(d)
 	d = start(cfg)
