@@ -77,12 +77,14 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 }
 
 // DeleteClaimKeepingData makes c's PV Retain and then deletes c's claim.
-// A claim whose delete the API server refused and that stays gets its
-// PV's reclaim policy back: one changed since it was read
-// (ErrClaimChanged), and one whose delete was otherwise turned down
-// (refused) that is, read again, still there under its UID and not being
-// deleted. Left Retain, such a claim, deleted later by its owner, would
-// leave its volume and data for good. Every other claim keeps a Retain
+// A claim whose delete the API server refused (changed since it was read,
+// ErrClaimChanged, or otherwise turned down) and that stays gets its PV's
+// reclaim policy back: read again, it is still there under its UID and
+// not being deleted, before and after the policy is put back (another
+// release of the claim, which found the PV Retain, may delete it in
+// between: the policy is then set to Retain again). Left Retain, such a
+// claim, deleted later by its owner, would leave its volume and data for
+// good. Every other claim keeps a Retain
 // PV (with Delete, the volume would go with the claim): one gone, being
 // deleted or not readable after a refusal, and one whose delete failed
 // with no answer (a timeout, an etcd error, a lost connection or
@@ -104,12 +106,24 @@ func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 	// and the policy put back all the same.
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterFailedDeleteTimeout)
 	defer cancel()
-	if errors.Is(err, ErrClaimChanged) || claimStays(after, client, c.PVC) {
-		if rerr := restore(after); rerr != nil {
-			// The claim that stays keeps a Retain PV: deleted later,
-			// its volume and data would stay for good.
-			klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC))
-			err = errors.Join(err, rerr)
+	// Read again however the delete was refused: another release of the
+	// claim, or its owner, may have deleted it since deleteClaim read it.
+	if !claimStays(after, client, c.PVC) {
+		return err
+	}
+	if rerr := restore(after); rerr != nil {
+		// The claim that stays keeps a Retain PV: deleted later,
+		// its volume and data would stay for good.
+		klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC))
+		return errors.Join(err, rerr)
+	}
+	if !claimStays(after, client, c.PVC) {
+		// Deleted between the read and the write (another release, which
+		// found the PV Retain and left it to this one): a claim that goes
+		// keeps Retain, or the volume goes with it.
+		if _, rerr := setReclaimPolicy(after, client, c.PV, v1.PersistentVolumeReclaimRetain); rerr != nil {
+			klog.FromContext(ctx).Error(rerr, "A claim deleted meanwhile has its PV's reclaim policy put back; set it to Retain by hand to keep its data", "pvc", klog.KObj(c.PVC), "pv", c.PV.Name)
+			return errors.Join(err, rerr)
 		}
 	}
 	return err

@@ -216,6 +216,67 @@ func TestReleaseOfAClaimAnotherReleaseDeletedKeepsRetain(t *testing.T) {
 	}
 }
 
+// TestReleaseBackingOutLeavesRetainToAnotherReleaseOfTheClaim: two
+// releases of one claim at once. This one set the PV to Retain (it was
+// Delete); its delete is refused, the claim having changed since it was
+// read (its owner labelled it), and its read of the claim finds it
+// staying. The other release, which read the changed claim and found the
+// PV Retain already, deletes it just then. The claim is going: this one
+// must not put Delete back, or the volume and its data are deleted with
+// the claim the other release promised to keep them for.
+func TestReleaseBackingOutLeavesRetainToAnotherReleaseOfTheClaim(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	objs[0].(*v1.PersistentVolumeClaim).ResourceVersion = "100"
+	e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
+	gvr := v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+	update := func(change func(*v1.PersistentVolumeClaim)) *v1.PersistentVolumeClaim {
+		t.Helper()
+		obj, err := e.client.Tracker().Get(gvr, "ns", "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		was := obj.(*v1.PersistentVolumeClaim)
+		pvc := was.DeepCopy()
+		change(pvc)
+		if err := e.client.Tracker().Update(gvr, pvc, "ns"); err != nil {
+			t.Fatal(err)
+		}
+		return was
+	}
+	refusedOnce := false
+	e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if !refusedOnce {
+			// The owner's label lands first: the delete's preconditions
+			// (checked by the env) refuse it.
+			refusedOnce = true
+			update(func(pvc *v1.PersistentVolumeClaim) { pvc.ResourceVersion = "101" })
+		}
+		return false, nil, nil
+	})
+	otherDeleted := false
+	e.client.PrependReactor("get", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if !refusedOnce || otherDeleted {
+			return false, nil, nil
+		}
+		// This read finds the claim staying; the other release's delete
+		// lands right after it (the pod's protection keeps the claim,
+		// terminating).
+		otherDeleted = true
+		was := update(func(pvc *v1.PersistentVolumeClaim) {
+			pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+			pvc.ResourceVersion = "102"
+		})
+		return true, was, nil
+	})
+	err := release(e, objs)
+	if !otherDeleted {
+		t.Fatalf("release returned %v without reading the claim after its refused delete: this test shows nothing", err)
+	}
+	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
+		t.Errorf("the claim is being deleted by the other release, and its PV has reclaim policy %s (release: %v): the volume is deleted with it; want Retain", got, err)
+	}
+}
+
 // TestNodeReleaseInterruptedAfterTheClaimKeepsTheVolume: the release of a
 // deleted Node's claim deletes the claim and then the PV; the API server
 // fails every write after the claim's delete (a timeout, a restart). No
