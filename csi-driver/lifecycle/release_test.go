@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,55 +226,64 @@ func TestReleaseOfAClaimAnotherReleaseDeletedKeepsRetain(t *testing.T) {
 // must not put Delete back, or the volume and its data are deleted with
 // the claim the other release promised to keep them for.
 func TestReleaseBackingOutLeavesRetainToAnotherReleaseOfTheClaim(t *testing.T) {
-	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
-	objs[0].(*v1.PersistentVolumeClaim).ResourceVersion = "100"
-	e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
-	gvr := v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
-	update := func(change func(*v1.PersistentVolumeClaim)) *v1.PersistentVolumeClaim {
-		t.Helper()
-		obj, err := e.client.Tracker().Get(gvr, "ns", "a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		was := obj.(*v1.PersistentVolumeClaim)
-		pvc := was.DeepCopy()
-		change(pvc)
-		if err := e.client.Tracker().Update(gvr, pvc, "ns"); err != nil {
-			t.Fatal(err)
-		}
-		return was
-	}
-	refusedOnce := false
-	e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if !refusedOnce {
-			// The owner's label lands first: the delete's preconditions
-			// (checked by the env) refuse it.
-			refusedOnce = true
-			update(func(pvc *v1.PersistentVolumeClaim) { pvc.ResourceVersion = "101" })
-		}
-		return false, nil, nil
-	})
-	otherDeleted := false
-	e.client.PrependReactor("get", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if !refusedOnce || otherDeleted {
-			return false, nil, nil
-		}
-		// This read finds the claim staying; the other release's delete
-		// lands right after it (the pod's protection keeps the claim,
-		// terminating).
-		otherDeleted = true
-		was := update(func(pvc *v1.PersistentVolumeClaim) {
-			pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-			pvc.ResourceVersion = "102"
+	// The other release's delete lands right after this one's read of the
+	// claim after its refused delete, or while it puts the policy back.
+	for _, when := range []string{"get persistentvolumeclaims", "patch persistentvolumes"} {
+		t.Run(when, func(t *testing.T) {
+			objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+			objs[0].(*v1.PersistentVolumeClaim).ResourceVersion = "100"
+			e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
+			gvr := v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
+			update := func(change func(*v1.PersistentVolumeClaim)) *v1.PersistentVolumeClaim {
+				t.Helper()
+				obj, err := e.client.Tracker().Get(gvr, "ns", "a")
+				if err != nil {
+					t.Fatal(err)
+				}
+				was := obj.(*v1.PersistentVolumeClaim)
+				pvc := was.DeepCopy()
+				change(pvc)
+				if err := e.client.Tracker().Update(gvr, pvc, "ns"); err != nil {
+					t.Fatal(err)
+				}
+				return was
+			}
+			refusedOnce := false
+			e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if !refusedOnce {
+					// The owner's label lands first: the delete's
+					// preconditions (checked by the env) refuse it.
+					refusedOnce = true
+					update(func(pvc *v1.PersistentVolumeClaim) { pvc.ResourceVersion = "101" })
+				}
+				return false, nil, nil
+			})
+			otherDeleted := false
+			verb, resource, _ := strings.Cut(when, " ")
+			e.client.PrependReactor(verb, resource, func(clienttesting.Action) (bool, runtime.Object, error) {
+				if !refusedOnce || otherDeleted {
+					return false, nil, nil
+				}
+				// The pod's protection keeps the claim, terminating.
+				otherDeleted = true
+				was := update(func(pvc *v1.PersistentVolumeClaim) {
+					pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+					pvc.ResourceVersion = "102"
+				})
+				if verb == "get" {
+					// This read still finds the claim staying.
+					return true, was, nil
+				}
+				return false, nil, nil
+			})
+			err := release(e, objs)
+			if !otherDeleted {
+				t.Fatalf("release returned %v without the other release's delete: this test shows nothing", err)
+			}
+			if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
+				t.Errorf("the claim is being deleted by the other release, and its PV has reclaim policy %s (release: %v): the volume is deleted with it; want Retain", got, err)
+			}
 		})
-		return true, was, nil
-	})
-	err := release(e, objs)
-	if !otherDeleted {
-		t.Fatalf("release returned %v without reading the claim after its refused delete: this test shows nothing", err)
-	}
-	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
-		t.Errorf("the claim is being deleted by the other release, and its PV has reclaim policy %s (release: %v): the volume is deleted with it; want Retain", got, err)
 	}
 }
 
