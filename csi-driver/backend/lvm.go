@@ -306,7 +306,8 @@ func (l *LVM) claimBeforeCreating(ctx context.Context) error {
 		return err
 	}
 	if !found {
-		return fmt.Errorf("volume group %s: %w", l.vg, ErrNotFound)
+		// Not ErrNotFound: CSI keeps NotFound for a missing source.
+		return fmt.Errorf("volume group %s is gone: %w", l.vg, ErrUnhealthy)
 	}
 	return l.claimVG(ctx, vg.Tags)
 }

@@ -29,7 +29,7 @@ func toStatus(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, backend.ErrUnsupported):
 		code = codes.InvalidArgument
-	case errors.Is(err, backend.ErrUnhealthy):
+	case errors.Is(err, backend.ErrUnhealthy), errors.Is(err, backend.ErrAnotherDisk):
 		code = codes.Unavailable
 	case errors.Is(err, backend.ErrExists):
 		// Only reached when the lookup could not check the disk a moment
