@@ -81,8 +81,7 @@ func FindAll(_ context.Context, file File) ([]string, error) {
 		if !strings.HasPrefix(e.Name(), "loop") {
 			continue
 		}
-		backing, ok := readSmall(filepath.Join(sysBlock, e.Name(), "loop", "backing_file"), buf)
-		if !ok || !strings.HasSuffix(strings.TrimSuffix(backing, "\n"), file.Name) {
+		if !backedByName(e.Name(), file, buf) {
 			continue
 		}
 		dev := "/dev/" + e.Name()
@@ -100,6 +99,14 @@ func FindAll(_ context.Context, file File) ([]string, error) {
 	}
 	sort.Strings(devs)
 	return devs, nil
+}
+
+// backedByName reports whether the kernel names loop device name's
+// backing file as one whose path ends in file's name on its filesystem
+// (see FindAll); buf holds the name read.
+func backedByName(name string, file File, buf []byte) bool {
+	backing, ok := readSmall(filepath.Join(sysBlock, name, "loop", "backing_file"), buf)
+	return ok && strings.HasSuffix(strings.TrimSuffix(backing, "\n"), file.Name)
 }
 
 // inode returns the inode of file to match a device's backing file
@@ -249,7 +256,10 @@ func openServing(dev string, file File) (fd int, info *unix.LoopInfo64, err erro
 		return -1, nil, fmt.Errorf("opening %s: %w", dev, err)
 	}
 	info, err = unix.IoctlLoopGetStatus64(fd)
-	if err == nil && serves(info, file, inode(file)) {
+	// Where file cannot be reached, its filesystem alone does not tell it
+	// from another file there: its name must match too, as in FindAll.
+	ino := inode(file)
+	if err == nil && serves(info, file, ino) && (ino != 0 || backedByName(filepath.Base(dev), file, make([]byte, unix.PathMax+16))) {
 		return fd, info, nil
 	}
 	unix.Close(fd)

@@ -348,6 +348,15 @@ func TestDetachLeavesADeviceReusedMeanwhileAlone(t *testing.T) {
 	if autoclear(t, dev) {
 		t.Fatalf("detaching mine's device found earlier marked other's %s to be freed on last close", dev)
 	}
+	// Nor when mine cannot be reached (its disk lost, the mount
+	// detached lazily), where its inode cannot tell the files apart.
+	lost := File{Path: "/nonexistent" + mine.Name, Dev: mine.Dev, Name: mine.Name}
+	if err := detachServing(dev, lost); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := Find(ctx, other); err != nil || found != dev || autoclear(t, dev) {
+		t.Fatalf("detaching the device found for mine, unreachable, detached other's %s: Find(other) = %q, %v", dev, found, err)
+	}
 	// The file it serves is detached, as before.
 	if err := detachServing(dev, other); err != nil {
 		t.Fatal(err)
