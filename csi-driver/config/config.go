@@ -47,8 +47,9 @@ type Disk struct {
 	Path string `json:"path,omitempty"`
 	// VolumeGroup is an lvm disk's volume group.
 	VolumeGroup string `json:"volumeGroup,omitempty"`
-	// Device is a block device that becomes VolumeGroup when the group does
-	// not exist yet; only used when AllowInitialize is set.
+	// Device is the block device VolumeGroup is on: with AllowInitialize,
+	// the one it is made on when it does not exist yet. The driver's lvm2
+	// reads no loop device but this one (lvm.LoopFilter).
 	Device string `json:"device,omitempty"`
 	// AllowInitialize lets the driver make VolumeGroup on Device (vgcreate)
 	// when lvm2 says the group does not exist and Device is blank (no
@@ -210,9 +211,6 @@ func validateLVMDisk(d *Disk) error {
 		return fmt.Errorf("disk %q: allowInitialize needs a device", d.Name)
 	}
 	if d.Device != "" {
-		if !d.AllowInitialize {
-			return fmt.Errorf("disk %q: device %s is given but allowInitialize is not set", d.Name, d.Device)
-		}
 		// Only its form: the device is used, and probed, only when the
 		// group does not exist (backend.LVM's Start). A device gone since
 		// the group was made on it (its disk died, a boot renamed it)

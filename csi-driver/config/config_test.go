@@ -70,7 +70,13 @@ disks:
 		{name: "negative reserve", yaml: "disks:\n- name: d\n  path: " + a + "\n  reserved: -1Gi\n", wantErr: "reserved must not be negative"},
 		{name: "unknown backend", yaml: "disks:\n- name: d\n  backend: zfs\n  path: " + a + "\n", wantErr: `unknown backend "zfs"`},
 		{name: "lvm without volume group", yaml: "disks:\n- name: d\n  backend: lvm\n", wantErr: "needs a valid volumeGroup"},
-		{name: "lvm device without permission", yaml: "disks:\n- name: d\n  backend: lvm\n  volumeGroup: vg\n  device: /dev/null\n", wantErr: "allowInitialize is not set"},
+		// Without allowInitialize the device is only the one the group is
+		// on, which lvm2 reads even when it is a loop device (lvm.LoopFilter).
+		{name: "lvm device without allowInitialize", yaml: "disks:\n- name: d\n  backend: lvm\n  volumeGroup: vg\n  device: /dev/loop7\n", check: func(t *testing.T, c *NodeConfig) {
+			if d := c.Disks[0]; d.Device != "/dev/loop7" || d.AllowInitialize {
+				t.Errorf("disk %+v, want device /dev/loop7 without allowInitialize", d)
+			}
+		}},
 		// The device is only used when the group does not exist, and
 		// checked then (backend.LVM's Start): a device gone since the
 		// group was made on it (its disk died, a boot renamed it) must not

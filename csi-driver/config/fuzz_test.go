@@ -121,7 +121,7 @@ func checkInvariants(t *testing.T, cfg *NodeConfig) {
 				t.Fatalf("volume group %q used twice", d.VolumeGroup)
 			}
 			vgs[d.VolumeGroup] = true
-			if d.Device != "" && !d.AllowInitialize || d.AllowInitialize && d.Device == "" {
+			if d.AllowInitialize && !filepath.IsAbs(d.Device) || d.Device != "" && !filepath.IsAbs(d.Device) {
 				t.Fatalf("lvm disk %q: device %q with allowInitialize %v", d.Name, d.Device, d.AllowInitialize)
 			}
 		default:
