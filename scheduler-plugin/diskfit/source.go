@@ -50,50 +50,53 @@ const sourceTimeout = 5 * time.Second
 // for claims without a data source and for sources that are not
 // diskfit's to place (volume populators).
 func (pl *DiskFit) sourceLocation(ctx context.Context, pvc *v1.PersistentVolumeClaim) (loc diskfit.Location, ok bool, err error) {
-	group, kind, name := dataSource(pvc)
+	group, kind, namespace, name := dataSource(pvc)
 	switch {
 	case group == "" && kind == "PersistentVolumeClaim":
-		loc, err = pl.claimLocation(pvc.Namespace, name)
+		loc, err = pl.claimLocation(namespace, name)
 	case group == snapshotGroup && kind == "VolumeSnapshot":
-		loc, err = pl.snapshotLocation(ctx, pvc.Namespace, name)
+		loc, err = pl.snapshotLocation(ctx, namespace, name)
 	default:
 		return diskfit.Location{}, false, nil
 	}
 	if err != nil {
-		return diskfit.Location{}, false, fmt.Errorf("PVC %s/%s copies %s %s: %w", pvc.Namespace, pvc.Name, kind, name, err)
+		return diskfit.Location{}, false, fmt.Errorf("PVC %s/%s copies %s %s/%s: %w", pvc.Namespace, pvc.Name, kind, namespace, name, err)
 	}
 	return loc, true, nil
 }
 
 // dataSource returns the claim's data source, preferring dataSourceRef,
-// which the API server keeps in step with dataSource.
-func dataSource(pvc *v1.PersistentVolumeClaim) (group, kind, name string) {
+// which the API server keeps in step with dataSource: in the claim's
+// namespace unless dataSourceRef names another (a cross-namespace source,
+// which a ReferenceGrant allows and external-provisioner checks).
+func dataSource(pvc *v1.PersistentVolumeClaim) (group, kind, namespace, name string) {
+	namespace = pvc.Namespace
 	if ref := pvc.Spec.DataSourceRef; ref != nil {
 		if ref.APIGroup != nil {
 			group = *ref.APIGroup
 		}
-		return group, ref.Kind, ref.Name
+		if ref.Namespace != nil && *ref.Namespace != "" {
+			namespace = *ref.Namespace
+		}
+		return group, ref.Kind, namespace, ref.Name
 	}
 	if ref := pvc.Spec.DataSource; ref != nil {
 		if ref.APIGroup != nil {
 			group = *ref.APIGroup
 		}
-		return group, ref.Kind, ref.Name
+		return group, ref.Kind, namespace, ref.Name
 	}
-	return "", "", ""
+	return "", "", "", ""
 }
 
 // copies reports whether one of the pod's claims copies the object
 // group/kind namespace/name.
 func (pl *DiskFit) copies(pod *v1.Pod, group, kind, namespace, name string) bool {
-	if pod.Namespace != namespace {
-		return false
-	}
 	for pvc, err := range pl.podPVCs(pod) {
 		if err != nil {
 			continue
 		}
-		if g, k, n := dataSource(pvc); g == group && k == kind && n == name {
+		if g, k, ns, n := dataSource(pvc); g == group && k == kind && ns == namespace && n == name {
 			return true
 		}
 	}

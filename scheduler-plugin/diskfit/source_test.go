@@ -134,6 +134,33 @@ func TestClonedClaimGoesToItsSource(t *testing.T) {
 	}
 }
 
+// TestClaimCopyingFromAnotherNamespaceGoesToThatSource: with a
+// cross-namespace data source (dataSourceRef.namespace, allowed by a
+// ReferenceGrant), the source is the object in that namespace, whatever
+// the claim's own namespace holds under the same name: placed by the
+// wrong object, the claim would land where external-provisioner's copy of
+// the right one cannot be made.
+func TestClaimCopyingFromAnotherNamespaceGoesToThatSource(t *testing.T) {
+	mine := makePVC("src", diskfitClass, gi).PersistentVolumeClaim
+	mine.Spec.VolumeName = "pv-mine"
+	theirs := makePVC("src", diskfitClass, gi).PersistentVolumeClaim
+	theirs.Namespace, theirs.UID, theirs.Spec.VolumeName = "other", "uid-theirs", "pv-theirs"
+	clone := makePVC("clone", diskfitClass, gi).PersistentVolumeClaim
+	clone.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: "src", Namespace: ptr.To("other")}
+	theirPV := boundPV("pv-theirs", "src", "n2", "d1", gi)
+	theirPV.Spec.ClaimRef.Namespace, theirPV.Spec.ClaimRef.UID = "other", "uid-theirs"
+	env := newTestEnv(t, nil, []runtime.Object{mine, theirs, clone, boundPV("pv-mine", "src", "n1", "d0", gi), theirPV},
+		diskNode("n1", freeDisk("d0", 10*gi)),
+		diskNode("n2", freeDisk("d0", 10*gi), freeDisk("d1", 5*gi)))
+	res, status := env.pl.PreFilter(env.ctx, framework.NewCycleState(), makePod("p", "clone"), nil)
+	if !status.IsSuccess() {
+		t.Fatalf("PreFilter: %v", status)
+	}
+	if res.AllNodes() || !res.NodeNames.Equal(sets.New("n2")) {
+		t.Fatalf("PreFilter result = %v, want only n2, where other/src is", res)
+	}
+}
+
 // TestUnresolvableSources checks that a pod whose claim's source cannot be
 // located is rejected with the reason, instead of being placed where the
 // copy cannot be made.
@@ -151,9 +178,9 @@ func TestUnresolvableSources(t *testing.T) {
 		claims []string
 		want   string
 	}{
-		{[]string{"clone"}, "PVC ns/clone copies PersistentVolumeClaim unbound-src: the source is not bound yet"},
+		{[]string{"clone"}, "PVC ns/clone copies PersistentVolumeClaim ns/unbound-src: the source is not bound yet"},
 		{[]string{"from-unlabelled"}, "has no snapshot.storage.kubernetes.io/managed-by label: snapshot-controller must run with --enable-distributed-snapshotting"},
-		{[]string{"from-missing"}, `PVC ns/from-missing copies VolumeSnapshot missing: volumesnapshots.snapshot.storage.k8s.io "missing" not found`},
+		{[]string{"from-missing"}, `PVC ns/from-missing copies VolumeSnapshot ns/missing: volumesnapshots.snapshot.storage.k8s.io "missing" not found`},
 		{[]string{"from-n1", "from-n2"}, "the pod's claims copy data held on different nodes (n1 and n2)"},
 	} {
 		_, status := env.pl.PreFilter(env.ctx, framework.NewCycleState(), makePod("p", tc.claims...), nil)
