@@ -33,6 +33,12 @@ type OrphanFinder interface {
 	// bound to no PV but one that refers to the volume. It asks the API
 	// server and fails when it cannot tell.
 	ClaimWaits(ctx context.Context, namespace, name, volumeID, volumeName string) (bool, error)
+	// SnapshotWaits reports whether a VolumeSnapshotContent of this driver
+	// is being made from the volume volumeID: it names the volume as its
+	// source and no snapshot handle yet, which csi-snapshotter records
+	// once CreateSnapshot answered. It asks the API server and fails when
+	// it cannot tell.
+	SnapshotWaits(ctx context.Context, volumeID string) (bool, error)
 	// PVsOf returns the PVs that refer to the volume (or may: see
 	// diskfit.PVRefersTo), as the API server has them now. It fails when
 	// it cannot tell.
@@ -111,6 +117,8 @@ type swept struct {
 	// claimNamespace and claimName name the claim a volume was made
 	// for, when its creation said.
 	claimNamespace, claimName string
+	// source is the key of a snapshot's volume.
+	source string
 }
 
 // refKind is what the sweep needs to know about volumes or snapshots.
@@ -163,6 +171,9 @@ func (d *Driver) snapshotRefs() refKind {
 		without: func(ctx context.Context, ids []string, _ bool) ([]string, error) {
 			return d.cfg.Orphans.SnapshotsWithoutContent(ctx, ids)
 		},
+		waits: func(ctx context.Context, it swept) (bool, error) {
+			return d.cfg.Orphans.SnapshotWaits(ctx, makeID(it.dk.name, it.source))
+		},
 		get: func(ctx context.Context, dk *disk, key string) (time.Time, backend.Refs, error) {
 			s, err := dk.backend.GetSnapshot(ctx, key)
 			if err != nil {
@@ -208,7 +219,7 @@ func (d *Driver) sweepOrphans(ctx context.Context) {
 			continue
 		}
 		for _, s := range ss {
-			snaps = append(snaps, swept{dk: dk, key: s.Key, name: s.Name, created: s.CreatedAt, refs: s.Refs})
+			snaps = append(snaps, swept{dk: dk, key: s.Key, name: s.Name, created: s.CreatedAt, refs: s.Refs, source: s.SourceVolume})
 		}
 	}
 	d.sweep(ctx, d.volumeRefs(), vols)

@@ -396,6 +396,48 @@ func TestOrphanSweepKeepsSnapshotWhoseContentWasRetained(t *testing.T) {
 	}
 }
 
+// TestOrphanSweepKeepsSnapshotWhoseContentIsBeingMade: CreateSnapshot
+// answered, but csi-snapshotter has not recorded the handle in the
+// VolumeSnapshotContent yet (it restarts in a loop, or backs off longer
+// than the grace period). The content names the snapshot's volume as its
+// source and no handle: the snapshot is waited for and must be kept.
+// Removed, the snapshotter's next CreateSnapshot would take a new one of
+// the volume as it is then, and the VolumeSnapshot would read as the
+// earlier point in time.
+func TestOrphanSweepKeepsSnapshotWhoseContentIsBeingMade(t *testing.T) {
+	e := newOrphanEnv(t, true)
+	vol := e.mustCreate(t, createReq("pvc-src", 300*mi)).VolumeId
+	e.addPV(t, "pv-src", diskfit.DriverName, vol)
+	e.snapshot(t, "snap-pending", vol)
+	content := snapshotContent("content-pending", "", false)
+	unstructured.RemoveNestedField(content.Object, "status")
+	_ = unstructured.SetNestedField(content.Object, vol, "spec", "source", "volumeHandle")
+	content.SetAnnotations(map[string]string{"snapshot.storage.kubernetes.io/volumesnapshot-being-created": "yes"})
+	if _, err := e.dynamic.Resource(kube.VolumeSnapshotContents).Create(e.ctx, content, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := time.Now()
+	e.d.now = func() time.Time { return first }
+	e.d.sweepOrphans(e.ctx)
+	e.d.now = func() time.Time { return first.Add(orphanGrace + time.Second) }
+	e.d.sweepOrphans(e.ctx)
+	e.d.now = func() time.Time { return first.Add(100 * orphanGrace) }
+	e.d.sweepOrphans(e.ctx)
+	if got, want := e.remaining(t), []string{vol, "snapshot only:snap-pending"}; !slices.Equal(got, want) {
+		t.Errorf("after the sweeps, with the snapshot's content still being made:\n got  %v\n want %v", got, want)
+	}
+	// Without that content, the snapshot no one waits for goes.
+	if err := e.dynamic.Resource(kube.VolumeSnapshotContents).Delete(e.ctx, "content-pending", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.d.sweepOrphans(e.ctx)
+	e.d.now = func() time.Time { return first.Add(200 * orphanGrace) }
+	e.d.sweepOrphans(e.ctx)
+	if got, want := e.remaining(t), []string{vol}; !slices.Equal(got, want) {
+		t.Errorf("after the sweeps, the content gone:\n got  %v\n want %v", got, want)
+	}
+}
+
 // TestFirstSweepRunsAtStart: the informers' events that arrive before the
 // driver is ready are not recorded (it cannot read its disks yet), and a
 // VolumeSnapshotContent made while the driver was down (a restart, an
@@ -590,6 +632,7 @@ func (f *raceFinder) DisksOfPVs(string) map[string]int { return nil }
 func (f *raceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
 }
+func (f *raceFinder) SnapshotWaits(context.Context, string) (bool, error) { return false, nil }
 
 // sweepPastGrace sweeps twice with finder and a one-minute grace period,
 // two minutes apart: the first sweep finds what has no API object, the
@@ -655,6 +698,7 @@ func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int { return nil }
 func (f *snapshotRaceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
 }
+func (f *snapshotRaceFinder) SnapshotWaits(context.Context, string) (bool, error) { return false, nil }
 
 // A snapshot whose CreateSnapshot (an idempotent retry of a snapshotter
 // that could not record the snapshot's handle for a while) succeeds during

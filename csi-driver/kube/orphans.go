@@ -324,6 +324,34 @@ func (f *OrphanFinder) SnapshotsWithoutContent(ctx context.Context, ids []string
 	return without(ids, handles), nil
 }
 
+// SnapshotWaits implements driver.OrphanFinder: a VolumeSnapshotContent
+// of this driver whose source is the volume and that has no snapshot
+// handle yet, listed from the API server. Another snapshot of the volume
+// being made at the same time keeps a snapshot of it too, until that one
+// has its handle: a wait, never a loss.
+func (f *OrphanFinder) SnapshotWaits(ctx context.Context, volumeID string) (bool, error) {
+	if f.dynamic == nil {
+		return false, errors.New("no client for VolumeSnapshotContents")
+	}
+	waits := false
+	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return f.dynamic.Resource(VolumeSnapshotContents).List(ctx, opts)
+	}, func(obj runtime.Object) {
+		u := obj.(*unstructured.Unstructured)
+		driver, _, _ := unstructured.NestedString(u.Object, "spec", "driver")
+		source, _, _ := unstructured.NestedString(u.Object, "spec", "source", "volumeHandle")
+		waits = waits || driver == diskfit.DriverName && source == volumeID && len(snapshotHandles(u)) == 0
+	})
+	if apierrors.IsNotFound(err) {
+		// The API serves no VolumeSnapshotContents: none is being made.
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("listing VolumeSnapshotContents: %w", err)
+	}
+	return waits, nil
+}
+
 // ContentsOf implements driver.OrphanFinder: the VolumeSnapshotContents
 // of this driver that name the snapshot (snapshotHandles), listed from the
 // API server (a consistent read: a content made a moment ago counts).
