@@ -97,6 +97,12 @@ func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 	}
 	err = deleteClaim(ctx, client, c.PVC)
 	if err == nil {
+		// Another release of the claim, backing out, may have put Delete
+		// back since retain read the PV Retain: the claim is gone or
+		// going, so its PV must end Retain.
+		if _, rerr := setReclaimPolicy(ctx, client, c.PV, v1.PersistentVolumeReclaimRetain); rerr != nil && !apierrors.IsNotFound(rerr) {
+			return fmt.Errorf("claim %s/%s deleted, but PV %s could not be kept Retain: %w; set its reclaim policy to Retain by hand to keep its data", c.PVC.Namespace, c.PVC.Name, c.PV.Name, rerr)
+		}
 		return nil
 	}
 	if !errors.Is(err, ErrClaimChanged) && !refused(err) {
@@ -109,7 +115,8 @@ func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 	// Read again however the delete was refused: another release of the
 	// claim, or its owner, may have deleted it since deleteClaim read it.
 	if !claimStays(after, client, c.PVC) {
-		return err
+		// Gone or going (or not readable): its PV stays Retain.
+		return fmt.Errorf("%w; PV %s stays Retain: if the claim stays, put back its reclaim policy by hand", err, c.PV.Name)
 	}
 	if rerr := restore(after); rerr != nil {
 		// The claim that stays keeps a Retain PV: deleted later,

@@ -287,6 +287,41 @@ func TestReleaseBackingOutLeavesRetainToAnotherReleaseOfTheClaim(t *testing.T) {
 	}
 }
 
+// TestReleaseKeepsRetainThatAnotherReleasePutBackMeanwhile: the other
+// side of two releases of one claim at once. This one finds the PV Retain
+// already (the other set it) and leaves it; the other, its own delete
+// refused and the claim still there when it last looked, puts Delete back
+// just before this one's delete goes through. The claim goes: its PV must
+// end Retain, or the volume and its data go with it.
+func TestReleaseKeepsRetainThatAnotherReleasePutBackMeanwhile(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	objs[1].(*v1.PersistentVolume).Spec.PersistentVolumeReclaimPolicy = v1.PersistentVolumeReclaimRetain
+	e := newEnv(t, append(objs, node("n1")))
+	gvr := v1.SchemeGroupVersion.WithResource("persistentvolumes")
+	putBack := false
+	e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if !putBack {
+			putBack = true
+			obj, err := e.client.Tracker().Get(gvr, "", "pv-a")
+			if err != nil {
+				return true, nil, err
+			}
+			pv := obj.(*v1.PersistentVolume).DeepCopy()
+			pv.Spec.PersistentVolumeReclaimPolicy = v1.PersistentVolumeReclaimDelete
+			if err := e.client.Tracker().Update(gvr, pv, ""); err != nil {
+				return true, nil, err
+			}
+		}
+		return false, nil, nil
+	})
+	if err := release(e, objs); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
+		t.Errorf("the claim was deleted and its PV has reclaim policy %s: the volume is deleted with it; want Retain", got)
+	}
+}
+
 // TestNodeReleaseInterruptedAfterTheClaimKeepsTheVolume: the release of a
 // deleted Node's claim deletes the claim and then the PV; the API server
 // fails every write after the claim's delete (a timeout, a restart). No
