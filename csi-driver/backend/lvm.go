@@ -163,12 +163,11 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 // that it is the group the disk served before (servedRecord) and this
 // disk's (claimVG), and records it as served.
 func (l *LVM) startGroup(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
 	var served *servedRecord
-	switch err := readJSON(l.servedPath, &served); {
-	case errors.Is(err, fs.ErrNotExist):
-		served = nil
-	case err != nil:
-		return fmt.Errorf("cannot tell whether this node served volume group %s before: %w", l.vg, err)
+	unread := readJSON(l.servedPath, &served)
+	if errors.Is(unread, fs.ErrNotExist) {
+		served, unread = nil, nil
 	}
 	vg, found, err := lvm.ReadVG(ctx, l.run, l.vg)
 	if err == nil && !found {
@@ -177,6 +176,8 @@ func (l *LVM) startGroup(ctx context.Context) error {
 	switch {
 	case err != nil && !l.allowInitialize:
 		return fmt.Errorf("volume group %s: %w", l.vg, err)
+	case err != nil && unread != nil:
+		return fmt.Errorf("volume group %s: %w; it is not made on %s, as whether this node served it before cannot be told: %w", l.vg, err, l.device, unread)
 	case err != nil && served != nil:
 		return fmt.Errorf("volume group %s (UUID %s), which disk %q served, is not found (%w); it is not made again on %s, which may be another disk by now: "+
 			"if its disk is gone for good, and its volumes with it, remove %s to have the group made anew", l.vg, served.UUID, served.Disk, err, l.device, l.servedPath)
@@ -196,17 +197,26 @@ func (l *LVM) startGroup(ctx context.Context) error {
 			return err
 		}
 	}
-	if served != nil {
+	// The group is found and the disk's. A record that cannot be read or
+	// written only guards against making or taking a group anew: the
+	// disk is served (not read as failed, its claims released), and the
+	// next start tries again.
+	switch {
+	case served != nil:
+		return nil
+	case unread != nil:
+		logger.Error(unread, "Cannot read whether this node served the volume group before; serving it, and not making it should it go", "volumeGroup", l.vg)
+		return nil
+	case vg.UUID == "":
+		logger.Error(nil, "vgs reported no UUID for the volume group; serving it unrecorded", "volumeGroup", l.vg)
 		return nil
 	}
-	if vg.UUID == "" {
-		return fmt.Errorf("vgs reported no UUID for volume group %s", l.vg)
+	err = os.MkdirAll(filepath.Dir(l.servedPath), 0o700)
+	if err == nil {
+		err = writeJSONAtomic(l.servedPath, servedRecord{VolumeGroup: l.vg, UUID: vg.UUID, Disk: l.name}, true, nil)
 	}
-	if err := os.MkdirAll(filepath.Dir(l.servedPath), 0o700); err != nil {
-		return fmt.Errorf("recording volume group %s as served: %w", l.vg, err)
-	}
-	if err := writeJSONAtomic(l.servedPath, servedRecord{VolumeGroup: l.vg, UUID: vg.UUID, Disk: l.name}, true, nil); err != nil {
-		return fmt.Errorf("recording volume group %s as served: %w", l.vg, err)
+	if err != nil {
+		logger.Error(err, "Cannot record the volume group as served yet; the next start tries again", "volumeGroup", l.vg, "record", l.servedPath)
 	}
 	return nil
 }

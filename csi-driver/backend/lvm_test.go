@@ -863,6 +863,48 @@ func TestLVMDoesNotMakeAgainAGroupItServed(t *testing.T) {
 	}
 }
 
+// TestLVMServesItsGroupWhenItsRecordCannotBeKept: the record of a group
+// served only guards against making or taking a group anew. A group found
+// and proven the disk's (its tag) is served when the record cannot be
+// written (the kubelet directory's filesystem full or read-only) or read,
+// rather than the disk read as failed and its claims released; a group
+// not found is then not made, as whether it was served cannot be told.
+// lvm2 is faked (fakelvm): this machine's kernel has no device-mapper.
+func TestLVMServesItsGroupWhenItsRecordCannotBeKept(t *testing.T) {
+	const device = "/dev/sdb"
+	ctx := context.Background()
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unreadable := t.TempDir()
+	// The record's path is a directory: reading it fails.
+	if err := os.Mkdir(filepath.Join(unreadable, fakelvm.Name+".json"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, stateDir := range map[string]string{"cannot be written": filepath.Join(notADir, "state"), "cannot be read": unreadable} {
+		t.Run(name, func(t *testing.T) {
+			start := func(vg *fakelvm.VG) error {
+				t.Helper()
+				l := closing(t, NewLVM(testDiskName, fakelvm.Name, device, true, 0, vg, t.TempDir(), stateDir))
+				l.SetDeviceMapperControl(dmControl(t, true))
+				err := l.Start(ctx)
+				l.Close()
+				return err
+			}
+			if err := start(fakelvm.New(1 << 30)); err != nil {
+				t.Errorf("Start of a group found, its record %s: %v", name, err)
+			}
+			if name == "cannot be read" {
+				gone := fakelvm.NewUncreated(1<<30, device)
+				if err := start(gone); err == nil || gone.Exists() {
+					t.Errorf("Start with no group and a record that cannot be read: %v, group made: %v; want a refusal", err, gone.Exists())
+				}
+			}
+		})
+	}
+}
+
 // TestLVMInitializesABlankDevice: with allowInitialize, a blank device
 // (no signature, no partitions) of a group that does not exist becomes
 // the group, with no --yes or --force that would wipe a signature found
