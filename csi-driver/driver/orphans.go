@@ -34,11 +34,12 @@ type OrphanFinder interface {
 	// server and fails when it cannot tell.
 	ClaimWaits(ctx context.Context, namespace, name, volumeID, volumeName string) (bool, error)
 	// SnapshotWaits reports whether a VolumeSnapshotContent of this driver
-	// is being made from the volume volumeID: it names the volume as its
-	// source and no snapshot handle yet, which csi-snapshotter records
-	// once CreateSnapshot answered. It asks the API server and fails when
-	// it cannot tell.
-	SnapshotWaits(ctx context.Context, volumeID string) (bool, error)
+	// is being made for the snapshot snapshotName of the volume volumeID:
+	// it names the volume as its source, a VolumeSnapshot the snapshot's
+	// name was made from, and no snapshot handle yet, which
+	// csi-snapshotter records once CreateSnapshot answered. It asks the
+	// API server and fails when it cannot tell.
+	SnapshotWaits(ctx context.Context, volumeID, snapshotName string) (bool, error)
 	// PVsOf returns the PVs that refer to the volume (or may: see
 	// diskfit.PVRefersTo), as the API server has them now. It fails when
 	// it cannot tell.
@@ -172,7 +173,7 @@ func (d *Driver) snapshotRefs() refKind {
 			return d.cfg.Orphans.SnapshotsWithoutContent(ctx, ids)
 		},
 		waits: func(ctx context.Context, it swept) (bool, error) {
-			return d.cfg.Orphans.SnapshotWaits(ctx, makeID(it.dk.name, it.source))
+			return d.cfg.Orphans.SnapshotWaits(ctx, makeID(it.dk.name, it.source), it.name)
 		},
 		get: func(ctx context.Context, dk *disk, key string) (time.Time, backend.Refs, error) {
 			s, err := dk.backend.GetSnapshot(ctx, key)

@@ -408,14 +408,28 @@ func TestOrphanSweepKeepsSnapshotWhoseContentIsBeingMade(t *testing.T) {
 	e := newOrphanEnv(t, true)
 	vol := e.mustCreate(t, createReq("pvc-src", 300*mi)).VolumeId
 	e.addPV(t, "pv-src", diskfit.DriverName, vol)
-	e.snapshot(t, "snap-pending", vol)
-	content := snapshotContent("content-pending", "", false)
-	unstructured.RemoveNestedField(content.Object, "status")
-	_ = unstructured.SetNestedField(content.Object, vol, "spec", "source", "volumeHandle")
-	content.SetAnnotations(map[string]string{"snapshot.storage.kubernetes.io/volumesnapshot-being-created": "yes"})
-	if _, err := e.dynamic.Resource(kube.VolumeSnapshotContents).Create(e.ctx, content, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// csi-snapshotter names a snapshot <prefix>-<VolumeSnapshot UID>
+	// (the UID without dashes, cut, with --snapshot-name-uuid-length).
+	e.snapshot(t, "snapshot-0b5e-41aa", vol)
+	e.snapshot(t, "snapshot-7c11d2", vol)
+	e.snapshot(t, "snapshot-dead-0001", vol)
+	beingMade := func(name, uid string) {
+		t.Helper()
+		content := snapshotContent(name, "", false)
+		unstructured.RemoveNestedField(content.Object, "status")
+		_ = unstructured.SetNestedField(content.Object, vol, "spec", "source", "volumeHandle")
+		_ = unstructured.SetNestedField(content.Object, uid, "spec", "volumeSnapshotRef", "uid")
+		content.SetAnnotations(map[string]string{"snapshot.storage.kubernetes.io/volumesnapshot-being-created": "yes"})
+		if _, err := e.dynamic.Resource(kube.VolumeSnapshotContents).Create(e.ctx, content, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	beingMade("content-pending", "0b5e-41aa")
+	beingMade("content-cut", "7c11d2ab-0000")
+	// Another VolumeSnapshot of the same volume, being made for ever (a
+	// failing CreateSnapshot), keeps no snapshot but its own: not the
+	// one whose VolumeSnapshot was deleted while it was made.
+	beingMade("content-other", "9f00-1234")
 	first := time.Now()
 	e.d.now = func() time.Time { return first }
 	e.d.sweepOrphans(e.ctx)
@@ -423,18 +437,20 @@ func TestOrphanSweepKeepsSnapshotWhoseContentIsBeingMade(t *testing.T) {
 	e.d.sweepOrphans(e.ctx)
 	e.d.now = func() time.Time { return first.Add(100 * orphanGrace) }
 	e.d.sweepOrphans(e.ctx)
-	if got, want := e.remaining(t), []string{vol, "snapshot only:snap-pending"}; !slices.Equal(got, want) {
-		t.Errorf("after the sweeps, with the snapshot's content still being made:\n got  %v\n want %v", got, want)
+	if got, want := e.remaining(t), []string{vol, "snapshot only:snapshot-0b5e-41aa", "snapshot only:snapshot-7c11d2"}; !slices.Equal(got, want) {
+		t.Errorf("after the sweeps, with two snapshots' contents still being made:\n got  %v\n want %v", got, want)
 	}
-	// Without that content, the snapshot no one waits for goes.
-	if err := e.dynamic.Resource(kube.VolumeSnapshotContents).Delete(e.ctx, "content-pending", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	// Without their contents, the snapshots go.
+	for _, name := range []string{"content-pending", "content-cut"} {
+		if err := e.dynamic.Resource(kube.VolumeSnapshotContents).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.d.sweepOrphans(e.ctx)
 	e.d.now = func() time.Time { return first.Add(200 * orphanGrace) }
 	e.d.sweepOrphans(e.ctx)
 	if got, want := e.remaining(t), []string{vol}; !slices.Equal(got, want) {
-		t.Errorf("after the sweeps, the content gone:\n got  %v\n want %v", got, want)
+		t.Errorf("after the sweeps, the contents gone:\n got  %v\n want %v", got, want)
 	}
 }
 
@@ -632,7 +648,7 @@ func (f *raceFinder) DisksOfPVs(string) map[string]int { return nil }
 func (f *raceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
 }
-func (f *raceFinder) SnapshotWaits(context.Context, string) (bool, error) { return false, nil }
+func (f *raceFinder) SnapshotWaits(context.Context, string, string) (bool, error) { return false, nil }
 
 // sweepPastGrace sweeps twice with finder and a one-minute grace period,
 // two minutes apart: the first sweep finds what has no API object, the
@@ -698,7 +714,9 @@ func (f *snapshotRaceFinder) DisksOfPVs(string) map[string]int { return nil }
 func (f *snapshotRaceFinder) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
 }
-func (f *snapshotRaceFinder) SnapshotWaits(context.Context, string) (bool, error) { return false, nil }
+func (f *snapshotRaceFinder) SnapshotWaits(context.Context, string, string) (bool, error) {
+	return false, nil
+}
 
 // A snapshot whose CreateSnapshot (an idempotent retry of a snapshotter
 // that could not record the snapshot's handle for a while) succeeds during

@@ -46,7 +46,7 @@ func (p pvDisks) DisksOfPVs(string) map[string]int { return p }
 func (pvDisks) ClaimWaits(context.Context, string, string, string, string) (bool, error) {
 	return false, nil
 }
-func (pvDisks) SnapshotWaits(context.Context, string) (bool, error) { return false, nil }
+func (pvDisks) SnapshotWaits(context.Context, string, string) (bool, error) { return false, nil }
 
 // A disk that this node's PVs are on but that the driver does not serve
 // (discovery found its mount gone after a reboot, or the node config lost

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -325,11 +326,9 @@ func (f *OrphanFinder) SnapshotsWithoutContent(ctx context.Context, ids []string
 }
 
 // SnapshotWaits implements driver.OrphanFinder: a VolumeSnapshotContent
-// of this driver whose source is the volume and that has no snapshot
-// handle yet, listed from the API server. Another snapshot of the volume
-// being made at the same time keeps a snapshot of it too, until that one
-// has its handle: a wait, never a loss.
-func (f *OrphanFinder) SnapshotWaits(ctx context.Context, volumeID string) (bool, error) {
+// of this driver that is being made for the snapshot (madeFor) from the
+// volume and has no snapshot handle yet, listed from the API server.
+func (f *OrphanFinder) SnapshotWaits(ctx context.Context, volumeID, snapshotName string) (bool, error) {
 	if f.dynamic == nil {
 		return false, errors.New("no client for VolumeSnapshotContents")
 	}
@@ -340,7 +339,8 @@ func (f *OrphanFinder) SnapshotWaits(ctx context.Context, volumeID string) (bool
 		u := obj.(*unstructured.Unstructured)
 		driver, _, _ := unstructured.NestedString(u.Object, "spec", "driver")
 		source, _, _ := unstructured.NestedString(u.Object, "spec", "source", "volumeHandle")
-		waits = waits || driver == diskfit.DriverName && source == volumeID && len(snapshotHandles(u)) == 0
+		uid, _, _ := unstructured.NestedString(u.Object, "spec", "volumeSnapshotRef", "uid")
+		waits = waits || driver == diskfit.DriverName && source == volumeID && len(snapshotHandles(u)) == 0 && madeFor(snapshotName, uid)
 	})
 	if apierrors.IsNotFound(err) {
 		// The API serves no VolumeSnapshotContents: none is being made.
@@ -350,6 +350,20 @@ func (f *OrphanFinder) SnapshotWaits(ctx context.Context, volumeID string) (bool
 		return false, fmt.Errorf("listing VolumeSnapshotContents: %w", err)
 	}
 	return waits, nil
+}
+
+// madeFor reports whether csi-snapshotter named a snapshot name for the
+// VolumeSnapshot of UID uid: <prefix>-<uid>, or with
+// --snapshot-name-uuid-length, <prefix>-<uid without dashes, cut>.
+func madeFor(name, uid string) bool {
+	if uid == "" {
+		return false
+	}
+	if strings.HasSuffix(name, "-"+uid) {
+		return true
+	}
+	cut := name[strings.LastIndex(name, "-")+1:]
+	return cut != "" && strings.HasPrefix(strings.ReplaceAll(uid, "-", ""), cut)
 }
 
 // ContentsOf implements driver.OrphanFinder: the VolumeSnapshotContents
