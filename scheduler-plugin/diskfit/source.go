@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
@@ -58,6 +59,19 @@ func (pl *DiskFit) sourceLocation(ctx context.Context, pvc *v1.PersistentVolumeC
 		loc, err = pl.snapshotLocation(ctx, namespace, name)
 	default:
 		return diskfit.Location{}, false, nil
+	}
+	if err != nil && namespace != pvc.Namespace {
+		// The claim's events must not tell what another namespace holds
+		// (whether the object exists, is bound, its content): the
+		// scheduler reads it whether or not a ReferenceGrant lets the
+		// claim's namespace copy it, which external-provisioner checks.
+		klog.FromContext(ctx).V(4).Info("A claim's source in another namespace cannot be located", "pvc", klog.KObj(pvc), "source", klog.KRef(namespace, name), "kind", kind, "err", err)
+		hidden := fmt.Errorf("PVC %s/%s copies %s %s/%s, which cannot be located from namespace %s (missing, not ready, or not diskfit's)", pvc.Namespace, pvc.Name, kind, namespace, name, pvc.Namespace)
+		var verdict *unresolvableError
+		if errors.As(err, &verdict) {
+			hidden = unresolvable(hidden)
+		}
+		return diskfit.Location{}, false, hidden
 	}
 	if err != nil {
 		return diskfit.Location{}, false, fmt.Errorf("PVC %s/%s copies %s %s/%s: %w", pvc.Namespace, pvc.Name, kind, namespace, name, err)

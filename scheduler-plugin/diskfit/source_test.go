@@ -2,6 +2,7 @@ package diskfit
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -158,6 +159,22 @@ func TestClaimCopyingFromAnotherNamespaceGoesToThatSource(t *testing.T) {
 	}
 	if res.AllNodes() || !res.NodeNames.Equal(sets.New("n2")) {
 		t.Fatalf("PreFilter result = %v, want only n2, where other/src is", res)
+	}
+
+	// What the other namespace holds is not told in the claim's events:
+	// an unbound source and a missing one read alike.
+	unbound := makePVC("unbound", diskfitClass, gi).PersistentVolumeClaim
+	unbound.Namespace, unbound.UID = "other", "uid-unbound"
+	for _, name := range []string{"unbound", "missing"} {
+		c := makePVC("copy-of-"+name, diskfitClass, gi).PersistentVolumeClaim
+		c.Spec.DataSourceRef = &v1.TypedObjectReference{Kind: "PersistentVolumeClaim", Name: name, Namespace: ptr.To("other")}
+		env := newTestEnv(t, nil, []runtime.Object{unbound, c}, diskNode("n1", freeDisk("d0", 10*gi)))
+		_, status := env.pl.PreFilter(env.ctx, framework.NewCycleState(), makePod("p", c.Name), nil)
+		checkStatus(t, "PreFilter "+c.Name, status, wantStatus{fwk.UnschedulableAndUnresolvable,
+			"PVC ns/" + c.Name + " copies PersistentVolumeClaim other/" + name + ", which cannot be located from namespace ns (missing, not ready, or not diskfit's)"})
+		if strings.Contains(status.Message(), "not bound yet") || strings.Contains(status.Message(), "not found") {
+			t.Errorf("PreFilter %s tells what namespace other holds: %q", c.Name, status.Message())
+		}
 	}
 }
 
