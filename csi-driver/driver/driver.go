@@ -290,6 +290,8 @@ type Driver struct {
 	diskMetrics *diskMetrics
 	// now is the clock the orphan sweep ages volumes by.
 	now func() time.Time
+	// late holds what was referred to while its disk was down (orphans.go).
+	late lateRefs
 }
 
 // New validates cfg and builds the driver. Nothing touches the disks until Run.

@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -342,6 +343,10 @@ func (d *Driver) referenced(ctx context.Context, kind refKind, id string) {
 	}
 	dk, err := d.availableDisk(diskName, kind.name, id)
 	if err != nil {
+		if d.disk(diskName) != nil {
+			// Down: recorded when it starts (startUnavailable).
+			d.late.add(kind.name, diskName, id)
+		}
 		return
 	}
 	// Most events are of objects already recorded: those take no lock,
@@ -352,6 +357,54 @@ func (d *Driver) referenced(ctx context.Context, kind refKind, id string) {
 		return
 	}
 	d.updateRefs(ctx, kind, swept{dk: dk, key: key}, func(backend.Refs) backend.Refs { return backend.Refs{} })
+}
+
+// lateRefs are the IDs of volumes and snapshots that a PV or
+// VolumeSnapshotContent referred to while their disk could not be read (not
+// mounted yet, held by another driver), by disk: the event cannot be
+// recorded then, and the object may be gone by the time the disk starts
+// and the sweep looks (a PV deleted with Retain), which would leave the
+// volume reading as never referenced, to be removed.
+type lateRefs struct {
+	mu sync.Mutex
+	// byDisk holds, by disk name, the kinds (refKind.name) and IDs.
+	byDisk map[string]map[[2]string]bool
+}
+
+func (l *lateRefs) add(kind, disk, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byDisk == nil {
+		l.byDisk = map[string]map[[2]string]bool{}
+	}
+	if l.byDisk[disk] == nil {
+		l.byDisk[disk] = map[[2]string]bool{}
+	}
+	l.byDisk[disk][[2]string{kind, id}] = true
+}
+
+// take returns and forgets what was referred to on disk.
+func (l *lateRefs) take(disk string) [][2]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	refs := make([][2]string, 0, len(l.byDisk[disk]))
+	for r := range l.byDisk[disk] {
+		refs = append(refs, r)
+	}
+	delete(l.byDisk, disk)
+	return refs
+}
+
+// recordLateRefs records what was referred to on dk while it was down, now
+// that it started.
+func (d *Driver) recordLateRefs(ctx context.Context, dk *disk) {
+	for _, r := range d.late.take(dk.name) {
+		kind := d.volumeRefs()
+		if r[0] == orphanSnapshot {
+			kind = d.snapshotRefs()
+		}
+		d.referenced(ctx, kind, r[1])
+	}
 }
 
 // removeOrphans leaves out the candidates something still waits for, asks

@@ -28,6 +28,7 @@ import (
 
 	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/backend"
+	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
 	"github.com/diskfit/diskfit/csi-driver/kube"
 )
 
@@ -1041,4 +1042,34 @@ func deletedByHand(name, handle string) *unstructured.Unstructured {
 	c.SetDeletionTimestamp(&metav1.Time{Time: time.Now()})
 	c.SetFinalizers([]string{"snapshot.storage.kubernetes.io/volumesnapshotcontent-bound-protection"})
 	return c
+}
+
+// TestPVSeenWhileItsDiskIsDownCounts: a PV the informer sees while its
+// volume's disk cannot be read (not mounted yet after a boot, held by the
+// driver being replaced) still counts once the disk starts. A restore
+// provisioned then, its PV deleted with Retain before the disk came back
+// and the next sweep looked, would otherwise read as never referenced,
+// and be removed one grace period later, its data with it.
+func TestPVSeenWhileItsDiskIsDownCounts(t *testing.T) {
+	e := newOrphanEnv(t, false)
+	vol := e.mustCreate(t, createReq("pvc-x", 300*mi)).VolumeId
+	dk := e.d.disk("only")
+	path := e.paths["only"]
+	dev := testdisk.Source(path)
+	if err := dk.backend.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testdisk.Run(t, "umount", path)
+	if err := dk.start(e.ctx); err == nil {
+		t.Fatal("the disk started unmounted: this test shows nothing")
+	}
+	e.d.VolumeReferenced(e.ctx, vol)
+	testdisk.Run(t, "mount", dev, path)
+	e.d.startUnavailable(e.ctx, dk)
+	if err := dk.unavailable(); err != nil {
+		t.Fatalf("the disk did not start once mounted: %v", err)
+	}
+	if refs := e.refs(t, vol); refs.NeverReferenced {
+		t.Errorf("the volume whose PV was seen while its disk was down reads as never referenced: %+v", refs)
+	}
 }

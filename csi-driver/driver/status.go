@@ -203,6 +203,7 @@ func (d *Driver) startUnavailable(ctx context.Context, dk *disk) {
 		return
 	}
 	klog.FromContext(ctx).Info("Disk available", "disk", dk.name)
+	d.recordLateRefs(ctx, dk)
 }
 
 // publish starts the disks that are not started yet, observes them, sets
