@@ -40,6 +40,10 @@ var (
 	// volume group, holds another disk's state; an *AnotherDiskError says
 	// whose.
 	ErrAnotherDisk = errors.New("the path holds another disk's state")
+	// ErrDuplicateGroup: lvm2 finds the disk's volume group more than
+	// once under its name and refuses it; the group's own device is not
+	// lost (lvm.DuplicateVG).
+	ErrDuplicateGroup = errors.New("another volume group has the same name")
 )
 
 // AnotherDiskError is why a file disk does not start on a path whose

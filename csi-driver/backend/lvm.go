@@ -169,7 +169,7 @@ func (l *LVM) startGroup(ctx context.Context) error {
 	if errors.Is(unread, fs.ErrNotExist) {
 		served, unread = nil, nil
 	}
-	vg, found, err := lvm.ReadVG(ctx, l.run, l.vg)
+	vg, found, err := l.readVG(ctx)
 	if err == nil && !found {
 		err = errors.New("vgs answered without it")
 	}
@@ -185,7 +185,7 @@ func (l *LVM) startGroup(ctx context.Context) error {
 		if err := l.initialize(ctx, err); err != nil {
 			return err
 		}
-		if vg, found, err = lvm.ReadVG(ctx, l.run, l.vg); err != nil || !found {
+		if vg, found, err = l.readVG(ctx); err != nil || !found {
 			return fmt.Errorf("reading volume group %s just made: %w (reported: %v)", l.vg, err, found)
 		}
 		l.claimed.Store(true)
@@ -311,7 +311,7 @@ func (l *LVM) claimBeforeCreating(ctx context.Context) error {
 	if l.claimed.Load() {
 		return nil
 	}
-	vg, found, err := lvm.ReadVG(ctx, l.run, l.vg)
+	vg, found, err := l.readVG(ctx)
 	if err != nil {
 		return err
 	}
@@ -346,7 +346,7 @@ func (l *LVM) Usage(ctx context.Context) (Usage, error) {
 }
 
 func (l *LVM) vgUsage(ctx context.Context) (Usage, error) {
-	vg, ok, err := lvm.ReadVG(ctx, l.run, l.vg)
+	vg, ok, err := l.readVG(ctx)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -354,6 +354,16 @@ func (l *LVM) vgUsage(ctx context.Context) (Usage, error) {
 		return Usage{}, fmt.Errorf("volume group %s: %w", l.vg, ErrNotFound)
 	}
 	return Usage{CapacityBytes: vg.SizeBytes, FreeBytes: vg.FreeBytes}, nil
+}
+
+// readVG reads the volume group (lvm.ReadVG); one lvm2 finds more than
+// once is ErrDuplicateGroup.
+func (l *LVM) readVG(ctx context.Context) (lvm.VG, bool, error) {
+	vg, ok, err := lvm.ReadVG(ctx, l.run, l.vg)
+	if lvm.DuplicateVG(err) {
+		err = fmt.Errorf("%w: %w", ErrDuplicateGroup, err)
+	}
+	return vg, ok, err
 }
 
 // lvs lists diskfit's LVs of the group, sorted by name.

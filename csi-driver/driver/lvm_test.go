@@ -648,3 +648,31 @@ func TestLVMCreateOnAGroupNotProvenTheDisksIsUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// TestLVMGroupFoundTwiceIsNotAFailure: lvm2 refuses a volume group it
+// finds twice under its name: a disk moved from another node whose group
+// has the same name (the docs' naming is the same on every node), or
+// another driver's block volume a tenant wrote a group into. The group's
+// own device is not lost: the disk is published unhealthy with reason
+// DuplicateVolumeGroup, which diskfit-controller releases no claim for,
+// not as failed, whose claims it releases. Both at start and once served.
+// lvm2 is faked (fakelvm): this machine's kernel has no device-mapper.
+func TestLVMGroupFoundTwiceIsNotAFailure(t *testing.T) {
+	duplicate := &lvm.CommandError{Command: "vgs", ExitStatus: 5, Stderr: "WARNING: VG name vg0 is used by VGs UxFR5e and 8iIwX2.\n" +
+		"  Fix duplicate VG names with vgrename uuid, a device filter, or system IDs.\n" +
+		"  Multiple VGs found with the same name: skipping vg0\n  Use --select vg_uuid=<uuid> in place of the VG name."}
+	for _, when := range []string{"at start", "once served"} {
+		t.Run(when, func(t *testing.T) {
+			vg := fakelvm.New(1 << 30)
+			if when == "at start" {
+				vg.Fail["vgs"] = duplicate
+			}
+			ctx, d := startLVMDriver(t, vg)
+			vg.Fail["vgs"] = duplicate
+			ds := d.observe(ctx, false).Disk("lvm")
+			if ds == nil || ds.Healthy || ds.Reason != v1alpha1.DiskDuplicateVolumeGroup || ds.Failed() {
+				t.Errorf("disk whose group lvm2 finds twice: %+v; want unhealthy, reason %s, not failed", ds, v1alpha1.DiskDuplicateVolumeGroup)
+			}
+		})
+	}
+}

@@ -44,6 +44,9 @@ func (d *Driver) diskStatus(ctx context.Context, dk *disk) v1alpha1.DiskStatus {
 		case errors.Is(err, backend.ErrServedByAnotherProcess):
 			// Another driver process serves it, and it answers.
 			st.Reason = v1alpha1.DiskServedByAnotherProcess
+		case errors.Is(err, backend.ErrDuplicateGroup):
+			// Another device has a group of its name; its own is there.
+			st.Reason = v1alpha1.DiskDuplicateVolumeGroup
 		}
 		return fail(err)
 	}

@@ -300,6 +300,14 @@ func VGNotFound(err error, vg string) bool {
 	return notFound
 }
 
+// DuplicateVG reports whether err is lvm2's refusal of a volume group it
+// finds more than once under its name ("Multiple VGs found with the same
+// name", lvm2 2.03).
+func DuplicateVG(err error) bool {
+	var cmd *CommandError
+	return errors.As(err, &cmd) && strings.Contains(cmd.Stderr, "Multiple VGs found with the same name")
+}
+
 // Signature is one signature util-linux finds on a device: a filesystem,
 // a partition table, a PV's label, a RAID member.
 type Signature struct {

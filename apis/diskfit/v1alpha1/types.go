@@ -209,7 +209,9 @@ type DiskStatus struct {
 	// data intact); Unsupported is a disk the node cannot serve safely
 	// (its kernel would give volumes' space back to the disk), its data
 	// intact; ServedByAnotherProcess is a disk another process on the node
-	// serves (a driver pod still terminating), which answers reads.
+	// serves (a driver pod still terminating), which answers reads;
+	// DuplicateVolumeGroup is an lvm disk whose volume group lvm2 finds
+	// more than once under its name (a disk moved from another node).
 	// diskfit-controller releases no claim of a disk with a reason. Empty
 	// otherwise.
 	// +kubebuilder:validation:MaxLength=63
@@ -240,6 +242,12 @@ const (
 	// this driver serves it once that process is gone. Its filesystem or
 	// volume group answers reads; one that does not is a failure.
 	DiskServedByAnotherProcess DiskReason = "ServedByAnotherProcess"
+	// DiskDuplicateVolumeGroup is an lvm disk whose volume group lvm2
+	// finds more than once under its name and so refuses: another device
+	// carries a group of that name (a disk moved from another node, or a
+	// block volume of another driver written to), the group's own device
+	// not lost.
+	DiskDuplicateVolumeGroup DiskReason = "DuplicateVolumeGroup"
 )
 
 // MaxWithoutPV is how many volumes without a PV a DiskStatus lists.
