@@ -252,9 +252,9 @@ func (d *Driver) sweep(ctx context.Context, kind refKind, items []swept) {
 		case !without.Has(ids[i]) && it.refs.Equal(backend.Refs{}):
 			// Referenced, as recorded: no lock taken (see referenced).
 		case !without.Has(ids[i]):
-			d.updateRefs(ctx, kind, it, func(backend.Refs) backend.Refs { return backend.Refs{} })
+			_ = d.updateRefs(ctx, kind, it, func(backend.Refs) backend.Refs { return backend.Refs{} })
 		case it.refs.UnreferencedSince.IsZero():
-			d.updateRefs(ctx, kind, it, func(r backend.Refs) backend.Refs {
+			_ = d.updateRefs(ctx, kind, it, func(r backend.Refs) backend.Refs {
 				if r.UnreferencedSince.IsZero() {
 					r.UnreferencedSince = now
 					if !r.NeverReferenced {
@@ -273,15 +273,17 @@ func (d *Driver) sweep(ctx context.Context, kind refKind, items []swept) {
 // updateRefs replaces an item's Refs with what change makes of the
 // current ones, under the item's lock. NeverReferenced is never set again
 // once cleared.
-func (d *Driver) updateRefs(ctx context.Context, kind refKind, it swept, change func(backend.Refs) backend.Refs) {
+func (d *Driver) updateRefs(ctx context.Context, kind refKind, it swept, change func(backend.Refs) backend.Refs) error {
 	unlock, err := d.locks.lock(ctx, kind.lock+it.key)
 	if err != nil {
-		return
+		return err
 	}
 	defer unlock()
 	if err := d.changeRefs(ctx, kind, it.dk, it.key, change); err != nil && !errors.Is(err, backend.ErrNotFound) {
 		klog.FromContext(ctx).Error(err, "Recording what refers to it", "kind", kind.name, "id", makeID(it.dk.name, it.key))
+		return err
 	}
+	return nil
 }
 
 // referenceComing starts an item's time without a reference over when a
@@ -344,19 +346,25 @@ func (d *Driver) referenced(ctx context.Context, kind refKind, id string) {
 	dk, err := d.availableDisk(diskName, kind.name, id)
 	if err != nil {
 		if d.disk(diskName) != nil {
-			// Down: recorded when it starts (startUnavailable).
+			// Down: recorded at a status refresh once it started
+			// (startUnavailable).
 			d.late.add(kind.name, diskName, id)
 		}
 		return
 	}
+	_ = d.recordReference(ctx, kind, dk, key)
+}
+
+// recordReference clears the Refs of the volume or snapshot key of dk.
+func (d *Driver) recordReference(ctx context.Context, kind refKind, dk *disk, key string) error {
 	// Most events are of objects already recorded: those take no lock,
 	// which a clone holds on its source volume and a restore on its
 	// source snapshot for the whole copy, and the informer's handler
 	// would hold up every other object's event behind it.
 	if _, refs, err := kind.get(ctx, dk, key); err == nil && refs.Equal(backend.Refs{}) {
-		return
+		return nil
 	}
-	d.updateRefs(ctx, kind, swept{dk: dk, key: key}, func(backend.Refs) backend.Refs { return backend.Refs{} })
+	return d.updateRefs(ctx, kind, swept{dk: dk, key: key}, func(backend.Refs) backend.Refs { return backend.Refs{} })
 }
 
 // lateRefs are the IDs of volumes and snapshots that a PV or
@@ -395,17 +403,33 @@ func (l *lateRefs) take(disk string) [][2]string {
 	return refs
 }
 
-// recordLateRefs records what was referred to on dk while it was down, now
-// that it started.
+// recordLateRefs records what was referred to on dk while it was down, dk
+// being started. It runs at every status refresh of a started disk, so
+// what could not be recorded (a slow disk) and what was remembered just as
+// the disk started are recorded at the next. The refresh's deadline does
+// not end it: what it took must be recorded or put back.
 func (d *Driver) recordLateRefs(ctx context.Context, dk *disk) {
-	for _, r := range d.late.take(dk.name) {
+	refs := d.late.take(dk.name)
+	if len(refs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateRefsTimeout)
+	defer cancel()
+	for _, r := range refs {
 		kind := d.volumeRefs()
 		if r[0] == orphanSnapshot {
 			kind = d.snapshotRefs()
 		}
-		d.referenced(ctx, kind, r[1])
+		_, key, err := parseID(kind.name, r[1])
+		if err == nil && d.recordReference(ctx, kind, dk, key) != nil {
+			d.late.add(r[0], dk.name, r[1])
+		}
 	}
 }
+
+// lateRefsTimeout bounds one status refresh's recording of late
+// references; what is left is recorded at the next.
+const lateRefsTimeout = time.Minute
 
 // removeOrphans leaves out the candidates something still waits for, asks
 // the API server to confirm that nothing refers to the others, and

@@ -1065,11 +1065,25 @@ func TestPVSeenWhileItsDiskIsDownCounts(t *testing.T) {
 	}
 	e.d.VolumeReferenced(e.ctx, vol)
 	testdisk.Run(t, "mount", dev, path)
-	e.d.startUnavailable(e.ctx, dk)
+	// The refresh's deadline has passed by the time the disk started (a
+	// slow start, many PVs seen): what it remembered is recorded all the
+	// same.
+	expired, cancel := context.WithCancel(e.ctx)
+	cancel()
+	e.d.startUnavailable(expired, dk)
 	if err := dk.unavailable(); err != nil {
 		t.Fatalf("the disk did not start once mounted: %v", err)
 	}
 	if refs := e.refs(t, vol); refs.NeverReferenced {
 		t.Errorf("the volume whose PV was seen while its disk was down reads as never referenced: %+v", refs)
+	}
+
+	// Remembered just as the disk started (the event handler saw it down
+	// a moment before): recorded at the next refresh.
+	other := e.mustCreate(t, createReq("pvc-y", 300*mi)).VolumeId
+	e.d.late.add(orphanVolume, "only", other)
+	e.d.startUnavailable(e.ctx, dk)
+	if refs := e.refs(t, other); refs.NeverReferenced {
+		t.Errorf("a reference remembered as the disk started is never recorded: %+v", refs)
 	}
 }
