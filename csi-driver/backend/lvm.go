@@ -43,6 +43,9 @@ type LVM struct {
 	claimed atomic.Bool
 	// servedPath is the group's servedRecord.
 	servedPath string
+	// uuid is the UUID of the group Start found or made, which every
+	// later read must find again (readVG).
+	uuid atomic.Pointer[string]
 }
 
 // servedRecord, <stateDir>/<group>.json, records that this node served
@@ -164,6 +167,8 @@ func (l *LVM) Start(ctx context.Context) (err error) {
 // disk's (claimVG), and records it as served.
 func (l *LVM) startGroup(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	// Found anew (the record, if any, says which group it must be).
+	l.uuid.Store(nil)
 	var served *servedRecord
 	unread := readJSON(l.servedPath, &served)
 	if errors.Is(unread, fs.ErrNotExist) {
@@ -197,6 +202,7 @@ func (l *LVM) startGroup(ctx context.Context) error {
 			return err
 		}
 	}
+	l.uuid.Store(&vg.UUID)
 	// The group is found and the disk's. A record that cannot be read or
 	// written only guards against making or taking a group anew: the
 	// disk is served (not read as failed, its claims released), and the
@@ -358,10 +364,16 @@ func (l *LVM) vgUsage(ctx context.Context) (Usage, error) {
 
 // readVG reads the volume group (lvm.ReadVG); one lvm2 finds more than
 // once is ErrDuplicateGroup.
+// A group of another UUID than the one Start found is not the group
+// served: its device gone and another group of its name in its place
+// (planted on a device lvm2 reads), volumes must not be made there.
 func (l *LVM) readVG(ctx context.Context) (lvm.VG, bool, error) {
 	vg, ok, err := lvm.ReadVG(ctx, l.run, l.vg)
 	if lvm.DuplicateVG(err) {
 		err = fmt.Errorf("%w: %w", ErrDuplicateGroup, err)
+	}
+	if served := l.uuid.Load(); err == nil && ok && served != nil && *served != "" && vg.UUID != *served {
+		err = fmt.Errorf("volume group %s is not the group served since start (UUID %s, now %s)", l.vg, *served, vg.UUID)
 	}
 	return vg, ok, err
 }

@@ -863,6 +863,29 @@ func TestLVMDoesNotMakeAgainAGroupItServed(t *testing.T) {
 	}
 }
 
+// TestLVMGroupReplacedWhileServedIsUnhealthy: the group's UUID is checked
+// at every health check, not only at start. The group's own device gone
+// and another group of its name (and tag) there in its place, planted on
+// a device lvm2 reads, the disk is unhealthy: new volumes must not be
+// made in that group. lvm2 is faked (fakelvm): this machine's kernel has
+// no device-mapper.
+func TestLVMGroupReplacedWhileServedIsUnhealthy(t *testing.T) {
+	ctx := context.Background()
+	vg := fakelvm.New(1 << 30)
+	l := closing(t, NewLVM(testDiskName, fakelvm.Name, "", false, 0, vg, t.TempDir(), t.TempDir()))
+	l.SetDeviceMapperControl(dmControl(t, true))
+	if err := l.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Health(ctx); err != nil {
+		t.Fatalf("Health of the group served: %v", err)
+	}
+	vg.UUID = "planted"
+	if err := l.Health(ctx); err == nil || !strings.Contains(err.Error(), "planted") {
+		t.Errorf("Health with another group of the name in place of the one served: %v; want an error naming its UUID", err)
+	}
+}
+
 // TestLVMServesItsGroupWhenItsRecordCannotBeKept: the record of a group
 // served only guards against making or taking a group anew. A group found
 // and proven the disk's (its tag) is served when the record cannot be
