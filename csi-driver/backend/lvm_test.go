@@ -905,7 +905,9 @@ func TestLVMServesItsGroupWhenItsRecordCannotBeKept(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(unreadable, fakelvm.Name+".json"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for name, stateDir := range map[string]string{"cannot be written": filepath.Join(notADir, "state"), "cannot be read": unreadable} {
+	// No directory can be made below /proc: the record is missing and
+	// cannot be written.
+	for name, stateDir := range map[string]string{"is not a directory": filepath.Join(notADir, "state"), "cannot be written": "/proc/diskfit-test-state", "cannot be read": unreadable} {
 		t.Run(name, func(t *testing.T) {
 			start := func(vg *fakelvm.VG) error {
 				t.Helper()
