@@ -203,6 +203,9 @@ func (d *Driver) sweepOrphans(ctx context.Context) {
 		if dk.health(ctx) != nil {
 			continue
 		}
+		// What was referred to while the disk was down counts before
+		// anything of it is judged.
+		d.recordLateRefs(ctx, dk)
 		vs, err := dk.backend.ListVolumes(ctx)
 		if err != nil {
 			logger.Error(err, "Listing volumes for the orphan sweep", "disk", dk.name)
@@ -346,8 +349,8 @@ func (d *Driver) referenced(ctx context.Context, kind refKind, id string) {
 	dk, err := d.availableDisk(diskName, kind.name, id)
 	if err != nil {
 		if d.disk(diskName) != nil {
-			// Down: recorded at a status refresh once it started
-			// (startUnavailable).
+			// Down: recorded by the first sweep once it started
+			// (recordLateRefs).
 			d.late.add(kind.name, diskName, id)
 		}
 		return
@@ -404,18 +407,13 @@ func (l *lateRefs) take(disk string) [][2]string {
 }
 
 // recordLateRefs records what was referred to on dk while it was down, dk
-// being started. It runs at every status refresh of a started disk, so
-// what could not be recorded (a slow disk) and what was remembered just as
-// the disk started are recorded at the next. The refresh's deadline does
-// not end it: what it took must be recorded or put back.
+// being healthy. It runs in every sweep, before the sweep judges any of
+// dk's volumes and snapshots, and not in the status refresh: a recording
+// that waits (a clone holding the volume's lock for its whole copy, many
+// lvs calls) must not make the disk read as not answering. What cannot be
+// recorded is put back for the next sweep.
 func (d *Driver) recordLateRefs(ctx context.Context, dk *disk) {
-	refs := d.late.take(dk.name)
-	if len(refs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateRefsTimeout)
-	defer cancel()
-	for _, r := range refs {
+	for _, r := range d.late.take(dk.name) {
 		kind := d.volumeRefs()
 		if r[0] == orphanSnapshot {
 			kind = d.snapshotRefs()
@@ -427,9 +425,6 @@ func (d *Driver) recordLateRefs(ctx context.Context, dk *disk) {
 	}
 }
 
-// lateRefsTimeout bounds one status refresh's recording of late
-// references; what is left is recorded at the next.
-const lateRefsTimeout = time.Minute
 
 // removeOrphans leaves out the candidates something still waits for, asks
 // the API server to confirm that nothing refers to the others, and

@@ -1065,24 +1065,36 @@ func TestPVSeenWhileItsDiskIsDownCounts(t *testing.T) {
 	}
 	e.d.VolumeReferenced(e.ctx, vol)
 	testdisk.Run(t, "mount", dev, path)
-	// The refresh's deadline has passed by the time the disk started (a
-	// slow start, many PVs seen): what it remembered is recorded all the
-	// same.
-	expired, cancel := context.WithCancel(e.ctx)
-	cancel()
-	e.d.startUnavailable(expired, dk)
-	if err := dk.unavailable(); err != nil {
-		t.Fatalf("the disk did not start once mounted: %v", err)
+	// The disk starts while a clone of the volume holds its lock: the
+	// status refresh neither waits for the lock nor reads the disk as
+	// not answering.
+	_, key, err := parseID(orphanVolume, vol)
+	if err != nil {
+		t.Fatal(err)
 	}
+	unlock, err := e.d.locks.lock(e.ctx, "volume/"+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.d.cfg.DiskStatusTimeout = time.Second
+	for range 2 {
+		if ds := e.d.observe(e.ctx, true).Disk("only"); ds == nil || !ds.Healthy {
+			t.Fatalf("the disk, started while a volume's lock is held: %+v; want healthy", ds)
+		}
+	}
+	unlock()
+	// The sweep records it before it judges anything of the disk.
+	first := time.Now()
+	e.d.now = func() time.Time { return first }
+	e.d.sweepOrphans(e.ctx)
 	if refs := e.refs(t, vol); refs.NeverReferenced {
 		t.Errorf("the volume whose PV was seen while its disk was down reads as never referenced: %+v", refs)
 	}
-
 	// Remembered just as the disk started (the event handler saw it down
-	// a moment before): recorded at the next refresh.
+	// a moment before): recorded by the next sweep.
 	other := e.mustCreate(t, createReq("pvc-y", 300*mi)).VolumeId
 	e.d.late.add(orphanVolume, "only", other)
-	e.d.startUnavailable(e.ctx, dk)
+	e.d.sweepOrphans(e.ctx)
 	if refs := e.refs(t, other); refs.NeverReferenced {
 		t.Errorf("a reference remembered as the disk started is never recorded: %+v", refs)
 	}

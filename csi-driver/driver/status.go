@@ -197,11 +197,8 @@ func atAnotherPath(st *v1alpha1.DiskNodeStatus, disks []*disk) {
 // disk. Start itself gets no deadline (as at driver start): a start that
 // is only slow (an lvm volume group with much to roll back) must not be
 // killed half way at every refresh; the refresh just stops waiting for it.
-// A started disk records what was referred to while it was down
-// (recordLateRefs).
 func (d *Driver) startUnavailable(ctx context.Context, dk *disk) {
 	if dk.unavailable() == nil {
-		d.recordLateRefs(ctx, dk)
 		return
 	}
 	if err := dk.start(context.WithoutCancel(ctx)); err != nil {
@@ -209,7 +206,6 @@ func (d *Driver) startUnavailable(ctx context.Context, dk *disk) {
 		return
 	}
 	klog.FromContext(ctx).Info("Disk available", "disk", dk.name)
-	d.recordLateRefs(ctx, dk)
 }
 
 // publish starts the disks that are not started yet, observes them, sets
