@@ -425,7 +425,6 @@ func (d *Driver) recordLateRefs(ctx context.Context, dk *disk) {
 	}
 }
 
-
 // removeOrphans leaves out the candidates something still waits for, asks
 // the API server to confirm that nothing refers to the others, and
 // removes those. (Waiting is asked first: a volume whose claim waits may
