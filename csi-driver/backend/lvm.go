@@ -384,6 +384,14 @@ func (l *LVM) lvs(ctx context.Context) ([]lv, error) {
 	if err != nil {
 		return nil, err
 	}
+	if served := l.uuid.Load(); served != nil && *served != "" {
+		for _, raw := range raws {
+			if raw.VGUUID != *served {
+				// Not the group served (readVG): none of its LVs is.
+				return nil, fmt.Errorf("volume group %s is not the group served since start (UUID %s, now %s): %w", l.vg, *served, raw.VGUUID, ErrUnhealthy)
+			}
+		}
+	}
 	return decodeLVs(raws)
 }
 

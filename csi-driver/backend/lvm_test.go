@@ -880,9 +880,19 @@ func TestLVMGroupReplacedWhileServedIsUnhealthy(t *testing.T) {
 	if err := l.Health(ctx); err != nil {
 		t.Fatalf("Health of the group served: %v", err)
 	}
+	createVolume(t, l, "v", 4*mi)
 	vg.UUID = "planted"
 	if err := l.Health(ctx); err == nil || !strings.Contains(err.Error(), "planted") {
 		t.Errorf("Health with another group of the name in place of the one served: %v; want an error naming its UUID", err)
+	}
+	// Nor are its LVs served: a planted LV of a volume's name would be
+	// staged for the volume's pod, and written to a device its planter
+	// reads.
+	if v, err := l.GetVolume(ctx, "v"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Errorf("GetVolume in the group in place of the one served: %+v, %v; want an error that is not NotFound", v, err)
+	}
+	if dev, err := l.Attach(ctx, "v", false); err == nil {
+		t.Errorf("Attach in the group in place of the one served: %s", dev)
 	}
 }
 

@@ -220,6 +220,8 @@ type LV struct {
 	// volume a pod maps). lvs reports it as "o", the sixth character of
 	// lv_attr.
 	Open bool
+	// VGUUID is the UUID of the LV's volume group.
+	VGUUID string
 }
 
 type lvsReport struct {
@@ -231,13 +233,14 @@ type lvsReport struct {
 			Time   string `json:"lv_time"`
 			Origin string `json:"origin"`
 			Attr   string `json:"lv_attr"`
+			VGUUID string `json:"vg_uuid"`
 		} `json:"lv"`
 	} `json:"report"`
 }
 
 // ListLVs runs lvs for the volume group vg.
 func ListLVs(ctx context.Context, run Runner, vg string) ([]LV, error) {
-	out, err := run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time,origin,lv_attr", vg)
+	out, err := run.Run(ctx, "lvs", "--reportformat", "json", "--units", "b", "--nosuffix", "-o", "lv_name,lv_size,lv_tags,lv_time,origin,lv_attr,vg_uuid", vg)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +260,7 @@ func ParseLVs(out string) ([]LV, error) {
 			if err != nil {
 				return nil, fmt.Errorf("parsing lv_size %q of %s: %w", raw.Size, raw.Name, err)
 			}
-			v := LV{Name: raw.Name, SizeBytes: size, Origin: raw.Origin, Open: len(raw.Attr) > 5 && raw.Attr[5] == 'o'}
+			v := LV{Name: raw.Name, SizeBytes: size, Origin: raw.Origin, Open: len(raw.Attr) > 5 && raw.Attr[5] == 'o', VGUUID: raw.VGUUID}
 			if raw.Tags != "" {
 				v.Tags = strings.Split(raw.Tags, ",")
 			}

@@ -568,8 +568,8 @@ func (f *VG) run(name string, args []string) (string, error) {
 	case "lvs":
 		var rows []string
 		for n, lv := range f.LVs {
-			rows = append(rows, fmt.Sprintf(`{"lv_name":%q,"lv_size":"%d","lv_tags":%q,"lv_time":"2026-11-29 23:40:01 +0000","origin":%q,"lv_attr":%q}`,
-				n, lv.Size, strings.Join(lv.Tags, ","), lv.Origin, f.attr(n, lv)))
+			rows = append(rows, fmt.Sprintf(`{"lv_name":%q,"lv_size":"%d","lv_tags":%q,"lv_time":"2026-11-29 23:40:01 +0000","origin":%q,"lv_attr":%q,"vg_uuid":%q}`,
+				n, lv.Size, strings.Join(lv.Tags, ","), lv.Origin, f.attr(n, lv), f.UUID))
 		}
 		return `{"report":[{"lv":[` + strings.Join(rows, ",") + `]}]}`, nil
 	case "lvcreate":
