@@ -372,10 +372,19 @@ func (l *LVM) readVG(ctx context.Context) (lvm.VG, bool, error) {
 	if lvm.DuplicateVG(err) {
 		err = fmt.Errorf("%w: %w", ErrDuplicateGroup, err)
 	}
-	if served := l.uuid.Load(); err == nil && ok && served != nil && *served != "" && vg.UUID != *served {
-		err = fmt.Errorf("volume group %s is not the group served since start (UUID %s, now %s)", l.vg, *served, vg.UUID)
+	if err == nil && ok {
+		err = l.checkServed(vg.UUID)
 	}
 	return vg, ok, err
+}
+
+// checkServed refuses a group of another UUID than the one Start found
+// (none before Start found one): an unhealthy disk's error.
+func (l *LVM) checkServed(uuid string) error {
+	if served := l.uuid.Load(); served != nil && *served != "" && uuid != *served {
+		return fmt.Errorf("volume group %s is not the group served since start (UUID %s, now %s): %w", l.vg, *served, uuid, ErrUnhealthy)
+	}
+	return nil
 }
 
 // lvs lists diskfit's LVs of the group, sorted by name.
@@ -384,12 +393,10 @@ func (l *LVM) lvs(ctx context.Context) ([]lv, error) {
 	if err != nil {
 		return nil, err
 	}
-	if served := l.uuid.Load(); served != nil && *served != "" {
-		for _, raw := range raws {
-			if raw.VGUUID != *served {
-				// Not the group served (readVG): none of its LVs is.
-				return nil, fmt.Errorf("volume group %s is not the group served since start (UUID %s, now %s): %w", l.vg, *served, raw.VGUUID, ErrUnhealthy)
-			}
+	for _, raw := range raws {
+		// Not the group served (readVG): none of its LVs is.
+		if err := l.checkServed(raw.VGUUID); err != nil {
+			return nil, err
 		}
 	}
 	return decodeLVs(raws)

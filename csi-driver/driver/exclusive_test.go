@@ -163,15 +163,7 @@ func TestSecondDriverOnAVolumeGroupWaits(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	vg := fakelvm.New(gi)
 	cfg := lvmConfig(t, vg)
-	start := func() *Driver {
-		d, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.Start(ctx)
-		t.Cleanup(func() { stopDisks(d) })
-		return d
-	}
+	start := func() *Driver { return startOn(ctx, t, cfg) }
 	first := start()
 	src, err := first.CreateVolume(ctx, createReq("pvc-src", 64*mi))
 	if err != nil {

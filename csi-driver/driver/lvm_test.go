@@ -223,13 +223,20 @@ func lvmConfig(t *testing.T, run lvm.Runner) Config {
 func startLVMDriver(t *testing.T, run lvm.Runner) (context.Context, *Driver) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	d, err := New(lvmConfig(t, run))
+	return ctx, startOn(ctx, t, lvmConfig(t, run))
+}
+
+// startOn starts a driver on cfg; its disks are released when the test
+// ends.
+func startOn(ctx context.Context, t *testing.T, cfg Config) *Driver {
+	t.Helper()
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.Start(ctx)
 	t.Cleanup(func() { stopDisks(d) })
-	return ctx, d
+	return d
 }
 
 func blockReq(name string, size int64) *csi.CreateVolumeRequest {

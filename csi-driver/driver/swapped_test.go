@@ -226,16 +226,7 @@ func TestSwappedVolumeGroupsAreNotServedUnderEachOthersNames(t *testing.T) {
 		{Name: "b", DeviceClass: "hdd", Backend: v1alpha1.BackendLVM, VolumeGroup: "vg2"},
 	}}
 	_, ctx := ktesting.NewTestContext(t)
-	start := func(cfg Config) *Driver {
-		t.Helper()
-		d, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.Start(ctx)
-		t.Cleanup(func() { stopDisks(d) })
-		return d
-	}
+	start := func(cfg Config) *Driver { return startOn(ctx, t, cfg) }
 	d := start(cfg)
 	ids := []string{"a:pvc-on-a", "b:pvc-on-b"}
 	for i, class := range []string{"ssd", "hdd"} {
