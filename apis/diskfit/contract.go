@@ -43,6 +43,18 @@ const (
 	OnDiskLossRelease    = "release"
 	OnDiskLossKeep       = "keep"
 
+	// ReleasesAnnotation on a PV lists, comma-separated, the releases of
+	// its claim (diskfit-controller's, `diskfit drain --release`'s) that
+	// made the PV Retain and have not backed out: those under way, those
+	// that deleted the claim, and those cut short.
+	// ReclaimPolicyBeforeReleaseAnnotation keeps the reclaim policy the PV
+	// had before the first of them. A release whose claim stays (changed
+	// since it was read) takes itself off the list, and puts that policy
+	// back only when it was the last: another release of the claim, which
+	// may be deleting it now, is never undone.
+	ReleasesAnnotation                   = "diskfit.io/releases"
+	ReclaimPolicyBeforeReleaseAnnotation = "diskfit.io/reclaim-policy-before-release"
+
 	// DeviceClassParameter is the optional StorageClass parameter that
 	// restricts a volume to disks of one deviceClass.
 	DeviceClassParameter = "diskfit.io/device-class"

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -79,17 +80,14 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 // DeleteClaimKeepingData makes c's PV Retain and then deletes c's claim.
 // A claim whose delete the API server refused (changed since it was read,
 // ErrClaimChanged, or otherwise turned down) and that stays gets its PV's
-// reclaim policy back: read again, it is still there under its UID and
-// not being deleted, before and after the policy is put back (another
-// release of the claim, which found the PV Retain, may delete it in
-// between: the policy is then set to Retain again). Left Retain, such a
-// claim, deleted later by its owner, would leave its volume and data for
-// good. Every other claim keeps a Retain
-// PV (with Delete, the volume would go with the claim): one gone, being
-// deleted or not readable after a refusal, and one whose delete failed
-// with no answer (a timeout, an etcd error, a lost connection or
-// leadership), which may go through after any read that finds the claim
-// still there.
+// reclaim policy back (retain): read again, it is still there under its
+// UID and not being deleted. Left Retain, such a claim, deleted later by
+// its owner, would leave its volume and data for good. Every other claim
+// keeps a Retain PV (with Delete, the volume would go with the claim):
+// one gone, being deleted or not readable after a refusal, and one whose
+// delete failed with no answer (a timeout, an etcd error, a lost
+// connection or leadership), which may go through after any read that
+// finds the claim still there.
 func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c Claim) error {
 	restore, err := retain(ctx, client, c.PV)
 	if err != nil {
@@ -97,16 +95,10 @@ func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 	}
 	err = deleteClaim(ctx, client, c.PVC)
 	if err == nil {
-		// Another release of the claim, backing out, may have put Delete
-		// back since retain read the PV Retain: the claim is gone or
-		// going, so its PV must end Retain.
-		if _, rerr := setReclaimPolicy(ctx, client, c.PV, v1.PersistentVolumeReclaimRetain); rerr != nil && !apierrors.IsNotFound(rerr) {
-			return fmt.Errorf("claim %s/%s deleted, but PV %s could not be kept Retain: %w; set its reclaim policy to Retain by hand to keep its data", c.PVC.Namespace, c.PVC.Name, c.PV.Name, rerr)
-		}
 		return nil
 	}
 	if !errors.Is(err, ErrClaimChanged) && !refused(err) {
-		return fmt.Errorf("%w; PV %s stays Retain, as the delete may still go through: if the claim stays, put back its reclaim policy by hand", err, c.PV.Name)
+		return fmt.Errorf("%w; PV %s stays Retain, as the delete may still go through: if the claim stays, put back its reclaim policy by hand (annotation %s)", err, c.PV.Name, diskfit.ReclaimPolicyBeforeReleaseAnnotation)
 	}
 	// The context may end meanwhile (leadership lost): the claim is read
 	// and the policy put back all the same.
@@ -116,22 +108,13 @@ func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 	// claim, or its owner, may have deleted it since deleteClaim read it.
 	if !claimStays(after, client, c.PVC) {
 		// Gone or going (or not readable): its PV stays Retain.
-		return fmt.Errorf("%w; PV %s stays Retain: if the claim stays, put back its reclaim policy by hand", err, c.PV.Name)
+		return fmt.Errorf("%w; PV %s stays Retain: if the claim stays, put back its reclaim policy by hand (annotation %s)", err, c.PV.Name, diskfit.ReclaimPolicyBeforeReleaseAnnotation)
 	}
 	if rerr := restore(after); rerr != nil {
 		// The claim that stays keeps a Retain PV: deleted later,
 		// its volume and data would stay for good.
-		klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC))
+		klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC), "pv", c.PV.Name)
 		return errors.Join(err, rerr)
-	}
-	if !claimStays(after, client, c.PVC) {
-		// Deleted between the read and the write (another release, which
-		// found the PV Retain and left it to this one): a claim that goes
-		// keeps Retain, or the volume goes with it.
-		if _, rerr := setReclaimPolicy(after, client, c.PV, v1.PersistentVolumeReclaimRetain); rerr != nil {
-			klog.FromContext(ctx).Error(rerr, "A claim deleted meanwhile has its PV's reclaim policy put back; set it to Retain by hand to keep its data", "pvc", klog.KObj(c.PVC), "pv", c.PV.Name)
-			return errors.Join(err, rerr)
-		}
 	}
 	return err
 }
@@ -139,6 +122,9 @@ func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 // afterFailedDeleteTimeout bounds the reads and writes that put back a
 // PV's reclaim policy after its claim's delete was refused.
 const afterFailedDeleteTimeout = 10 * time.Second
+
+// conflictBackoff paces the retries of a write refused for a conflict.
+var conflictBackoff = retry.DefaultRetry
 
 // refused says whether err is the API server's answer that it turned the
 // request down (a 4xx status other than 408): the request was not carried
@@ -175,57 +161,89 @@ func claimStays(ctx context.Context, client kubernetes.Interface, pvc *v1.Persis
 }
 
 // retain makes the reclaim policy of the PV as the API server has it now
-// Retain: the copy the release was decided on (an informer's, a list made
-// long before) may say Retain of a PV set back to Delete since, whose
-// volume would be deleted with its claim. It returns how to put back the
-// policy it changed.
+// Retain (the copy the release was decided on, an informer's or a list
+// made long before, may say Retain of a PV set back to Delete since, whose
+// volume would be deleted with its claim), and adds this release to the
+// PV's list of releases (diskfit.ReleasesAnnotation), the first with the
+// policy the PV had before (diskfit.ReclaimPolicyBeforeReleaseAnnotation).
+//
+// restore takes this release off the list and, if it was the last, puts
+// that policy back: another release of the claim on the list may be
+// deleting it now (or did, or was cut short and may yet), and its claim
+// must find the PV Retain. Every write is conditional on the PV's
+// resourceVersion: a release is on the list before it deletes the claim,
+// or finds the policy put back and makes the PV Retain again.
 func retain(ctx context.Context, client kubernetes.Interface, decided *v1.PersistentVolume) (restore func(context.Context) error, err error) {
-	restore = func(context.Context) error { return nil }
-	was, err := setReclaimPolicy(ctx, client, decided, v1.PersistentVolumeReclaimRetain)
+	id := string(uuid.NewUUID())
+	err = retry.RetryOnConflict(conflictBackoff, func() error {
+		pv, err := pvNow(ctx, client, decided)
+		if err != nil {
+			return err
+		}
+		releases := releasesOf(pv)
+		before, ok := pv.Annotations[diskfit.ReclaimPolicyBeforeReleaseAnnotation]
+		if len(releases) == 0 || !ok {
+			before = string(pv.Spec.PersistentVolumeReclaimPolicy)
+		}
+		return patchPV(ctx, client, pv, v1.PersistentVolumeReclaimRetain, map[string]any{
+			diskfit.ReleasesAnnotation:                   strings.Join(append(releases, id), ","),
+			diskfit.ReclaimPolicyBeforeReleaseAnnotation: before,
+		})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("keeping the data of PV %s (reclaim policy Retain): %w", decided.Name, err)
 	}
-	if was != v1.PersistentVolumeReclaimRetain {
-		restore = func(ctx context.Context) error {
-			if _, err := setReclaimPolicy(ctx, client, decided, was); err != nil {
-				return fmt.Errorf("putting back reclaim policy %s of PV %s: %w", was, decided.Name, err)
+	restore = func(ctx context.Context) error {
+		return retry.RetryOnConflict(conflictBackoff, func() error {
+			pv, err := pvNow(ctx, client, decided)
+			if err != nil {
+				return fmt.Errorf("putting back the reclaim policy of PV %s: %w", decided.Name, err)
 			}
-			return nil
-		}
+			others := slices.DeleteFunc(releasesOf(pv), func(r string) bool { return r == id })
+			if len(others) > 0 {
+				klog.FromContext(ctx).V(2).Info("Other releases of the claim made its PV Retain: it stays Retain", "pv", pv.Name, "releases", others)
+				return patchPV(ctx, client, pv, v1.PersistentVolumeReclaimRetain, map[string]any{diskfit.ReleasesAnnotation: strings.Join(others, ",")})
+			}
+			before := v1.PersistentVolumeReclaimPolicy(pv.Annotations[diskfit.ReclaimPolicyBeforeReleaseAnnotation])
+			if before == "" {
+				before = v1.PersistentVolumeReclaimRetain
+			}
+			return patchPV(ctx, client, pv, before, map[string]any{
+				diskfit.ReleasesAnnotation:                   nil,
+				diskfit.ReclaimPolicyBeforeReleaseAnnotation: nil,
+			})
+		})
 	}
 	return restore, nil
 }
 
-// setReclaimPolicy sets the reclaim policy of the PV decided was made
-// for, read afresh, again after a conflict (the PV changes under us: its
-// provisioner removes its finalizer from a Retain PV at once), and
-// returns the policy it had.
-func setReclaimPolicy(ctx context.Context, client kubernetes.Interface, decided *v1.PersistentVolume, policy v1.PersistentVolumeReclaimPolicy) (was v1.PersistentVolumeReclaimPolicy, err error) {
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, decided.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if pv.UID != decided.UID {
-			return fmt.Errorf("PV %s was made anew", decided.Name)
-		}
-		was = pv.Spec.PersistentVolumeReclaimPolicy
-		if was == policy {
-			return nil
-		}
-		_, err = patchReclaimPolicy(ctx, client, pv, policy)
-		return err
-	})
-	return was, err
+// releasesOf returns the releases on pv's list (diskfit.ReleasesAnnotation).
+func releasesOf(pv *v1.PersistentVolume) []string {
+	list := pv.Annotations[diskfit.ReleasesAnnotation]
+	if list == "" {
+		return nil
+	}
+	return strings.Split(list, ",")
 }
 
-// patchReclaimPolicy sets pv's reclaim policy, if pv is unchanged.
-func patchReclaimPolicy(ctx context.Context, client kubernetes.Interface, pv *v1.PersistentVolume, policy v1.PersistentVolumeReclaimPolicy) (*v1.PersistentVolume, error) {
+// pvNow reads the PV decided was made for from the API server.
+func pvNow(ctx context.Context, client kubernetes.Interface, decided *v1.PersistentVolume) (*v1.PersistentVolume, error) {
+	pv, err := client.CoreV1().PersistentVolumes().Get(ctx, decided.Name, metav1.GetOptions{})
+	if err == nil && pv.UID != decided.UID {
+		return nil, fmt.Errorf("PV %s was made anew", decided.Name)
+	}
+	return pv, err
+}
+
+// patchPV sets pv's reclaim policy and annotations (nil removes one), if
+// pv is unchanged.
+func patchPV(ctx context.Context, client kubernetes.Interface, pv *v1.PersistentVolume, policy v1.PersistentVolumeReclaimPolicy, annotations map[string]any) error {
 	patch, _ := json.Marshal(map[string]any{
-		"metadata": map[string]any{"uid": pv.UID, "resourceVersion": pv.ResourceVersion},
+		"metadata": map[string]any{"uid": pv.UID, "resourceVersion": pv.ResourceVersion, "annotations": annotations},
 		"spec":     map[string]any{"persistentVolumeReclaimPolicy": policy},
 	})
-	return client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := client.CoreV1().PersistentVolumes().Patch(ctx, pv.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // released says whether the claim deleted for pvc is still there, being
@@ -252,7 +270,7 @@ func ReleaseWithNode(ctx context.Context, client kubernetes.Interface, c Claim) 
 	// The PV changes under us (the PV controller marks it Released when
 	// the claim goes), so the finalizer is removed from a fresh copy, with
 	// its resourceVersion, again on a conflict.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictBackoff, func() error {
 		pv, err := client.CoreV1().PersistentVolumes().Get(ctx, c.PV.Name, metav1.GetOptions{})
 		if err != nil || pv.UID != c.PV.UID || !slices.Contains(pv.Finalizers, provisionerFinalizer) {
 			return err

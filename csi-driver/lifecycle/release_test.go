@@ -1,10 +1,8 @@
 package lifecycle
 
 import (
-	"encoding/json"
 	"errors"
-	"strconv"
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/diskfit/diskfit/csi-driver/lifecycle/lifecycletest"
@@ -127,33 +127,7 @@ func TestReleaseStopsWhenTheClaimChangedPutsBackThePolicyAfterAnotherWrite(t *te
 	objs[1].(*v1.PersistentVolume).ResourceVersion = "1"
 	e := newEnv(t, append(objs, node("n1")))
 	gvr := v1.SchemeGroupVersion.WithResource("persistentvolumes")
-	versions := 1
-	e.client.PrependReactor("patch", "persistentvolumes", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		// The API server's resourceVersion precondition, which the fake
-		// does not check, and a new version for each write.
-		var patch struct {
-			Metadata struct {
-				ResourceVersion string `json:"resourceVersion"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &patch); err != nil {
-			return true, nil, err
-		}
-		obj, err := e.client.Tracker().Get(gvr, "", "pv-a")
-		if err != nil {
-			return true, nil, err
-		}
-		if rv := patch.Metadata.ResourceVersion; rv != "" && rv != obj.(*v1.PersistentVolume).ResourceVersion {
-			return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "persistentvolumes"}, "pv-a", errors.New("the object has been modified"))
-		}
-		versions++
-		pv := obj.(*v1.PersistentVolume).DeepCopy()
-		pv.ResourceVersion = strconv.Itoa(versions)
-		if err := e.client.Tracker().Update(gvr, pv, ""); err != nil {
-			return true, nil, err
-		}
-		return false, nil, nil // the fake applies the patch (its version is kept)
-	})
+	lifecycletest.VersionPatches(e.client, "persistentvolumes")
 	e.client.PrependReactor("delete", "persistentvolumeclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		// The provisioner removes its finalizer from the PV, now Retain.
 		obj, err := e.client.Tracker().Get(gvr, "", "pv-a")
@@ -173,7 +147,7 @@ func TestReleaseStopsWhenTheClaimChangedPutsBackThePolicyAfterAnotherWrite(t *te
 		t.Errorf("release returned %v, want ErrClaimChanged", err)
 	}
 	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimDelete {
-		t.Errorf("PV of a claim that stays has reclaim policy %s after %d patches, want its own (Delete) back", got, versions)
+		t.Errorf("PV of a claim that stays has reclaim policy %s, want its own (Delete) back", got)
 	}
 }
 
@@ -214,111 +188,6 @@ func TestReleaseOfAClaimAnotherReleaseDeletedKeepsRetain(t *testing.T) {
 	}
 	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
 		t.Errorf("the claim is being deleted, and its PV has reclaim policy %s: the volume is deleted with it; want Retain", got)
-	}
-}
-
-// TestReleaseBackingOutLeavesRetainToAnotherReleaseOfTheClaim: two
-// releases of one claim at once. This one set the PV to Retain (it was
-// Delete); its delete is refused, the claim having changed since it was
-// read (its owner labelled it), and its read of the claim finds it
-// staying. The other release, which read the changed claim and found the
-// PV Retain already, deletes it just then. The claim is going: this one
-// must not put Delete back, or the volume and its data are deleted with
-// the claim the other release promised to keep them for.
-func TestReleaseBackingOutLeavesRetainToAnotherReleaseOfTheClaim(t *testing.T) {
-	// The other release's delete lands right after this one's read of the
-	// claim after its refused delete, or while it puts the policy back.
-	for _, when := range []string{"get persistentvolumeclaims", "patch persistentvolumes"} {
-		t.Run(when, func(t *testing.T) {
-			objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
-			objs[0].(*v1.PersistentVolumeClaim).ResourceVersion = "100"
-			e := newEnv(t, append(objs, node("n1"), podUsing("web-0", "a", "n1")))
-			gvr := v1.SchemeGroupVersion.WithResource("persistentvolumeclaims")
-			update := func(change func(*v1.PersistentVolumeClaim)) *v1.PersistentVolumeClaim {
-				t.Helper()
-				obj, err := e.client.Tracker().Get(gvr, "ns", "a")
-				if err != nil {
-					t.Fatal(err)
-				}
-				was := obj.(*v1.PersistentVolumeClaim)
-				pvc := was.DeepCopy()
-				change(pvc)
-				if err := e.client.Tracker().Update(gvr, pvc, "ns"); err != nil {
-					t.Fatal(err)
-				}
-				return was
-			}
-			refusedOnce := false
-			e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
-				if !refusedOnce {
-					// The owner's label lands first: the delete's
-					// preconditions (checked by the env) refuse it.
-					refusedOnce = true
-					update(func(pvc *v1.PersistentVolumeClaim) { pvc.ResourceVersion = "101" })
-				}
-				return false, nil, nil
-			})
-			otherDeleted := false
-			verb, resource, _ := strings.Cut(when, " ")
-			e.client.PrependReactor(verb, resource, func(clienttesting.Action) (bool, runtime.Object, error) {
-				if !refusedOnce || otherDeleted {
-					return false, nil, nil
-				}
-				// The pod's protection keeps the claim, terminating.
-				otherDeleted = true
-				was := update(func(pvc *v1.PersistentVolumeClaim) {
-					pvc.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-					pvc.ResourceVersion = "102"
-				})
-				if verb == "get" {
-					// This read still finds the claim staying.
-					return true, was, nil
-				}
-				return false, nil, nil
-			})
-			err := release(e, objs)
-			if !otherDeleted {
-				t.Fatalf("release returned %v without the other release's delete: this test shows nothing", err)
-			}
-			if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
-				t.Errorf("the claim is being deleted by the other release, and its PV has reclaim policy %s (release: %v): the volume is deleted with it; want Retain", got, err)
-			}
-		})
-	}
-}
-
-// TestReleaseKeepsRetainThatAnotherReleasePutBackMeanwhile: the other
-// side of two releases of one claim at once. This one finds the PV Retain
-// already (the other set it) and leaves it; the other, its own delete
-// refused and the claim still there when it last looked, puts Delete back
-// just before this one's delete goes through. The claim goes: its PV must
-// end Retain, or the volume and its data go with it.
-func TestReleaseKeepsRetainThatAnotherReleasePutBackMeanwhile(t *testing.T) {
-	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
-	objs[1].(*v1.PersistentVolume).Spec.PersistentVolumeReclaimPolicy = v1.PersistentVolumeReclaimRetain
-	e := newEnv(t, append(objs, node("n1")))
-	gvr := v1.SchemeGroupVersion.WithResource("persistentvolumes")
-	putBack := false
-	e.client.PrependReactor("delete", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if !putBack {
-			putBack = true
-			obj, err := e.client.Tracker().Get(gvr, "", "pv-a")
-			if err != nil {
-				return true, nil, err
-			}
-			pv := obj.(*v1.PersistentVolume).DeepCopy()
-			pv.Spec.PersistentVolumeReclaimPolicy = v1.PersistentVolumeReclaimDelete
-			if err := e.client.Tracker().Update(gvr, pv, ""); err != nil {
-				return true, nil, err
-			}
-		}
-		return false, nil, nil
-	})
-	if err := release(e, objs); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
-		t.Errorf("the claim was deleted and its PV has reclaim policy %s: the volume is deleted with it; want Retain", got)
 	}
 }
 
@@ -443,6 +312,87 @@ func TestReleaseWhoseClaimDeleteTimedOutKeepsRetain(t *testing.T) {
 			if got := e.pv("pv-a").Spec.PersistentVolumeReclaimPolicy; got != v1.PersistentVolumeReclaimRetain {
 				t.Errorf("the claim is being deleted, and its PV has reclaim policy %s: the volume is deleted with it; want Retain", got)
 			}
+		})
+	}
+}
+
+// TestTwoReleasesOfOneClaimKeepItsDataInEveryOrder: the controller and
+// `diskfit drain --release` (which the controller's ReleaseHeld event
+// suggests) release one claim at once, their requests reaching the API
+// server in every order they can. Whenever the claim is being deleted or
+// gone, its PV must be Retain: the PV controller deletes a Delete PV's
+// volume, and its data, the moment the claim goes. A release that backs
+// out (the claim changed since it read it) must leave the claim, if it
+// stays, its own reclaim policy.
+func TestTwoReleasesOfOneClaimKeepItsDataInEveryOrder(t *testing.T) {
+	// Conflicts are retried at once: thousands of orders are run.
+	defer func(b wait.Backoff) { conflictBackoff = b }(conflictBackoff)
+	conflictBackoff = wait.Backoff{Steps: conflictBackoff.Steps}
+	for _, tc := range []struct {
+		name string
+		// fresh says which release reads the claim as it is now; the
+		// other read it before its owner changed it, so its delete is
+		// refused.
+		fresh [2]bool
+		pod   bool
+		stays bool
+	}{
+		{name: "one backs out", fresh: [2]bool{false, true}},
+		{name: "one backs out, pod holds the claim", fresh: [2]bool{false, true}, pod: true},
+		{name: "both back out", fresh: [2]bool{false, false}, stays: true},
+		{name: "both go through", fresh: [2]bool{true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+			pvc, pv := objs[0].(*v1.PersistentVolumeClaim), objs[1].(*v1.PersistentVolume)
+			before := pvc.DeepCopy()
+			before.ResourceVersion = "100"
+			pvc.ResourceVersion = "101" // its owner changed it since
+			pv.ResourceVersion = "1"
+			server := func() *lifecycletest.Server {
+				all := []runtime.Object{pvc.DeepCopy(), pv.DeepCopy(), node("n1")}
+				if tc.pod {
+					all = append(all, podUsing("web-0", "a", "n1"))
+				}
+				s := lifecycletest.NewServer(all...)
+				lifecycletest.ProtectClaims(s)
+				lifecycletest.VersionPatches(s, "persistentvolumes")
+				return s
+			}
+			check := func(s *lifecycletest.Server, done bool) error {
+				pvNow, err := s.Tracker().Get(v1.SchemeGroupVersion.WithResource("persistentvolumes"), "", "pv-a")
+				if err != nil {
+					return err
+				}
+				policy := pvNow.(*v1.PersistentVolume).Spec.PersistentVolumeReclaimPolicy
+				obj, err := s.Tracker().Get(v1.SchemeGroupVersion.WithResource("persistentvolumeclaims"), "ns", "a")
+				going := apierrors.IsNotFound(err) || (err == nil && obj.(*v1.PersistentVolumeClaim).DeletionTimestamp != nil)
+				switch {
+				case err != nil && !going:
+					return err
+				case going && policy != v1.PersistentVolumeReclaimRetain:
+					return fmt.Errorf("the claim is being deleted or gone, and its PV has reclaim policy %s: the volume and its data are deleted with it", policy)
+				case done && going == tc.stays:
+					return fmt.Errorf("claim going: %t, want %t", going, !tc.stays)
+				case done && tc.stays && policy != v1.PersistentVolumeReclaimDelete:
+					return fmt.Errorf("the claim stays with reclaim policy %s, want its own (Delete) back (%v)", policy, pvNow.(*v1.PersistentVolume).Annotations)
+				}
+				return nil
+			}
+			release := func(fresh bool) func(kubernetes.Interface) error {
+				return func(client kubernetes.Interface) error {
+					c := Claim{PVC: before, PV: pv}
+					if fresh {
+						var err error
+						if c, err = StillReleasedOnDiskLoss(t.Context(), client, c); err != nil {
+							return err
+						}
+					}
+					return ReleaseKeepingData(t.Context(), client, c, "n1")
+				}
+			}
+			runs := interleavings(t, server, check, release(tc.fresh[0]), release(tc.fresh[1]))
+			t.Logf("%d orders", runs)
 		})
 	}
 }

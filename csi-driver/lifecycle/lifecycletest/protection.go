@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	k8sfake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 )
 
@@ -26,13 +25,13 @@ var (
 // pvc-protection controller does: a UID precondition that does not match
 // is a Conflict; a claim that a scheduled pod uses only gets a deletion
 // timestamp, and goes once the last such pod is deleted.
-func ProtectClaims(client *k8sfake.Clientset) { ProtectClaimsFor(client, 0) }
+func ProtectClaims(client Client) { ProtectClaimsFor(client, 0) }
 
 // ProtectClaimsFor is ProtectClaims with the time the pvc-protection
 // controller takes to see a claim being deleted: every deleted claim
 // stays, being deleted, for at least hold, even when no scheduled pod
 // uses it, and goes with the first request after that once none does.
-func ProtectClaimsFor(client *k8sfake.Clientset, hold time.Duration) {
+func ProtectClaimsFor(client Client, hold time.Duration) {
 	tracker := client.Tracker()
 	// letGo deletes the claims in namespace being deleted for hold that
 	// no scheduled pod uses.
@@ -129,7 +128,7 @@ func ProtectClaimsFor(client *k8sfake.Clientset, hold time.Duration) {
 // reason as a cause. dryRun says whether the eviction is a dry run (which
 // the API server checks against the budget but does not count). Other
 // evictions go on to the reactors before (ProtectClaims').
-func RefuseEvictions(client *k8sfake.Clientset, refuse func(pod *v1.Pod, dryRun bool) string) {
+func RefuseEvictions(client Client, refuse func(pod *v1.Pod, dryRun bool) string) {
 	tracker := client.Tracker()
 	client.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "eviction" {
