@@ -215,7 +215,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		// refuses to mount a second filesystem with a UUID already mounted.
 		opts = append(opts, "nouuid")
 	}
-	if err := d.formatAndMount(ctx, dk, req.GetVolumeId(), key, vol.Content, dev, staging, fsType, opts); err != nil {
+	if err := d.formatAndMount(ctx, dk, req.GetVolumeId(), key, vol, dev, staging, fsType, opts); err != nil {
 		undo()
 		if _, ok := status.FromError(err); ok {
 			return nil, err
@@ -264,14 +264,14 @@ func (d *Driver) detachAfterFailedStage(ctx context.Context, dk *disk, key, id, 
 // The fresh volume is formatted with the arguments SafeFormatAndMount
 // would use, without its blkid probe, which is the driver's largest cost
 // over doing these steps by hand.
-func (d *Driver) formatAndMount(ctx context.Context, dk *disk, id, key string, content backend.Content, dev, target, fsType string, opts []string) error {
+func (d *Driver) formatAndMount(ctx context.Context, dk *disk, id, key string, vol *backend.Volume, dev, target, fsType string, opts []string) error {
 	// A read-only mount must not format; SafeFormatAndMount says so. Nor
 	// may it write anything else: an ext4 that an expansion left smaller
 	// than its device is grown offline (e2fsck, resize2fs) only by a
-	// writable stage.
+	// writable stage, and only to a device within the volume's record.
 	readOnly := slices.Contains(opts, "ro")
-	growExt := fsType == "ext4" && !readOnly
-	switch content {
+	growExt := fsType == "ext4" && !readOnly && withinRecord(dev, vol.SizeBytes)
+	switch content := vol.Content; content {
 	case backend.ContentNone:
 		if readOnly {
 			return status.Errorf(codes.FailedPrecondition, "volume %s has never been formatted, and a read-only stage cannot format it", id)
@@ -309,19 +309,16 @@ func (d *Driver) formatAndMount(ctx context.Context, dk *disk, id, key string, c
 }
 
 // growXFSToVolume grows the XFS mounted at target to its device, as
-// NodeExpandVolume does, when the device is no larger than the volume's
-// recorded size: a restore or clone made larger than its source carries
-// the source's filesystem, and no expansion ever follows for it (its
-// claim has that size already), so without this its pod would get the
-// source's size for good. xfs_growfs leaves a filesystem that fills its
-// device as it is. (ext4 is grown offline before it is mounted,
-// growExtOffline.) A device larger than the record, which only an
-// expansion cut short leaves, is left to the retried expansion: start
-// cuts such a file back once no device holds it. A failure is logged: the
-// volume works at the size it has, and the next stage or expansion grows
-// it.
+// NodeExpandVolume does, when the device is within the volume's recorded
+// size (withinRecord): a restore or clone made larger than its source
+// carries the source's filesystem, and no expansion ever follows for it
+// (its claim has that size already), so without this its pod would get
+// the source's size for good. xfs_growfs leaves a filesystem that fills
+// its device as it is. (ext4 is grown offline before it is mounted,
+// growExtOffline.) A failure is logged: the volume works at the size it
+// has, and the next stage or expansion grows it.
 func (d *Driver) growXFSToVolume(ctx context.Context, id, dev, target string, recorded int64) {
-	if devBytes, err := deviceSize(dev); err != nil || devBytes > recorded {
+	if !withinRecord(dev, recorded) {
 		return
 	}
 	if _, err := mount.NewResizeFs(d.exec).Resize(dev, target); err != nil {
@@ -417,6 +414,17 @@ func (e *noMkfs) guard(c utilexec.Cmd, cmd string) utilexec.Cmd {
 var errFormatRefused = errors.New("refusing to format a volume that may hold data")
 
 // refusedCmd is a command that never runs.
+// withinRecord says whether dev is no larger than the volume's recorded
+// size: only then does a stage grow the filesystem on it to the device. A
+// device larger than the record, which only an expansion cut short
+// leaves, is left to the retried expansion: start cuts such a file back
+// to its record once no device holds it, and a filesystem grown into that
+// tail would lose its end.
+func withinRecord(dev string, recorded int64) bool {
+	devBytes, err := deviceSize(dev)
+	return err == nil && devBytes <= recorded
+}
+
 type refusedCmd struct{ utilexec.Cmd }
 
 func (refusedCmd) Run() error                      { return errFormatRefused }

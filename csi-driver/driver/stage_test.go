@@ -815,3 +815,47 @@ func TestVolumeIsNeverFilesystemAndBlockAtOnce(t *testing.T) {
 		e.teardown(t, id, blockStaging, target)
 	})
 }
+
+// TestExt4StageDoesNotGrowPastTheRecordedSize: an expansion whose
+// allocation failed, and whose cutting back of the data file failed too,
+// leaves the file larger than the volume's record. A stage attaches the
+// file at its size; the ext4 it holds must not be grown into that tail:
+// start cuts the file back to the record once no device holds it, and a
+// filesystem grown past it would lose its end (growXFSToVolume leaves an
+// XFS as it is there too).
+func TestExt4StageDoesNotGrowPastTheRecordedSize(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 4 * gi}}, nil)
+	cap := withFS(mountCap(), "ext4")
+	vol := e.createWith(t, "pvc-tail", 256*mi, cap)
+	staging := e.stage(t, vol.VolumeId, cap)
+	if err := os.WriteFile(filepath.Join(staging, "data"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.unstage(t, vol.VolumeId, staging)
+
+	files, err := filepath.Glob(filepath.Join(e.paths["xfs"], "diskfit", "volumes", "*.img"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("data files %v, %v: want one", files, err)
+	}
+	if err := os.Truncate(files[0], vol.CapacityBytes+256*mi); err != nil {
+		t.Fatal(err)
+	}
+	staging = e.stage(t, vol.VolumeId, cap)
+	var st unix.Statfs_t
+	if err := unix.Statfs(staging, &st); err != nil {
+		t.Fatal(err)
+	}
+	if fsBytes := int64(st.Blocks) * st.Frsize; fsBytes > vol.CapacityBytes {
+		t.Errorf("the staged ext4 has %d MiB on a volume of %d MiB: grown into a tail that start cuts off", fsBytes/mi, vol.CapacityBytes/mi)
+	}
+	e.unstage(t, vol.VolumeId, staging)
+
+	// Start cuts the file back to its record; the volume stages and reads
+	// back as before.
+	e.d = e.restart(t, e.d.cfg)
+	staging = e.stage(t, vol.VolumeId, cap)
+	if data, err := os.ReadFile(filepath.Join(staging, "data")); err != nil || string(data) != "kept" {
+		t.Errorf("after a restart the volume reads %q, %v; want %q", data, err, "kept")
+	}
+	e.teardown(t, vol.VolumeId, staging)
+}
