@@ -51,7 +51,9 @@ const (
 	// had before the first of them. A release whose claim stays (changed
 	// since it was read) takes itself off the list, and puts that policy
 	// back only when it was the last: another release of the claim, which
-	// may be deleting it now, is never undone.
+	// may be deleting it now, is never undone. The list counts only while
+	// the PV is Retain: an admin who sets the named policy back (once no
+	// release runs) voids it.
 	ReleasesAnnotation                   = "diskfit.io/releases"
 	ReclaimPolicyBeforeReleaseAnnotation = "diskfit.io/reclaim-policy-before-release"
 

@@ -81,7 +81,8 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 // A claim whose delete the API server refused (changed since it was read,
 // ErrClaimChanged, or otherwise turned down) and that stays gets its PV's
 // reclaim policy back (retain): read again, it is still there under its
-// UID and not being deleted. Left Retain, such a claim, deleted later by
+// UID and not being deleted, and no other release of it is on the PV's
+// list (one may be deleting it now). Left Retain, such a claim, deleted later by
 // its owner, would leave its volume and data for good. Every other claim
 // keeps a Retain PV (with Delete, the volume would go with the claim):
 // one gone, being deleted or not readable after a refusal, and one whose
@@ -98,7 +99,7 @@ func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 		return nil
 	}
 	if !errors.Is(err, ErrClaimChanged) && !refused(err) {
-		return fmt.Errorf("%w; PV %s stays Retain, as the delete may still go through: if the claim stays, put back its reclaim policy by hand (annotation %s)", err, c.PV.Name, diskfit.ReclaimPolicyBeforeReleaseAnnotation)
+		return fmt.Errorf("%w; PV %s stays Retain, as the delete may still go through: %s", err, c.PV.Name, byHand)
 	}
 	// The context may end meanwhile (leadership lost): the claim is read
 	// and the policy put back all the same.
@@ -108,16 +109,20 @@ func DeleteClaimKeepingData(ctx context.Context, client kubernetes.Interface, c 
 	// claim, or its owner, may have deleted it since deleteClaim read it.
 	if !claimStays(after, client, c.PVC) {
 		// Gone or going (or not readable): its PV stays Retain.
-		return fmt.Errorf("%w; PV %s stays Retain: if the claim stays, put back its reclaim policy by hand (annotation %s)", err, c.PV.Name, diskfit.ReclaimPolicyBeforeReleaseAnnotation)
+		return fmt.Errorf("%w; PV %s stays Retain: %s", err, c.PV.Name, byHand)
 	}
 	if rerr := restore(after); rerr != nil {
 		// The claim that stays keeps a Retain PV: deleted later,
 		// its volume and data would stay for good.
-		klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; set its PV's policy back by hand", "pvc", klog.KObj(c.PVC), "pv", c.PV.Name)
+		klog.FromContext(ctx).Error(rerr, "A claim that stays keeps reclaim policy Retain; "+byHand, "pvc", klog.KObj(c.PVC), "pv", c.PV.Name)
 		return errors.Join(err, rerr)
 	}
 	return err
 }
+
+// byHand says how an admin gives a claim that stays, its release cut
+// short, its PV's reclaim policy back.
+const byHand = "if the claim stays and no release of it runs, set the PV's reclaim policy to the one its annotation " + diskfit.ReclaimPolicyBeforeReleaseAnnotation + " names"
 
 // afterFailedDeleteTimeout bounds the reads and writes that put back a
 // PV's reclaim policy after its claim's delete was refused.
@@ -191,11 +196,14 @@ func retain(ctx context.Context, client kubernetes.Interface, decided *v1.Persis
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("keeping the data of PV %s (reclaim policy Retain): %w", decided.Name, err)
+		return nil, fmt.Errorf("keeping the data of PV %s (reclaim policy Retain): %w; a write that got no answer may have made it Retain: %s", decided.Name, err, byHand)
 	}
 	restore = func(ctx context.Context) error {
 		return retry.RetryOnConflict(conflictBackoff, func() error {
 			pv, err := pvNow(ctx, client, decided)
+			if apierrors.IsNotFound(err) {
+				return nil // gone with its claim: nothing to put back
+			}
 			if err != nil {
 				return fmt.Errorf("putting back the reclaim policy of PV %s: %w", decided.Name, err)
 			}
@@ -217,13 +225,22 @@ func retain(ctx context.Context, client kubernetes.Interface, decided *v1.Persis
 	return restore, nil
 }
 
-// releasesOf returns the releases on pv's list (diskfit.ReleasesAnnotation).
+// releasesOf returns the releases on pv's list (diskfit.ReleasesAnnotation)
+// while pv is Retain, without empty entries and spaces (an admin may
+// edit it). A list is void on a PV that is not Retain: every release on
+// it made the PV Retain, so someone (an admin, as a release's error asks)
+// set the policy since, and no release still deletes the claim on it.
 func releasesOf(pv *v1.PersistentVolume) []string {
-	list := pv.Annotations[diskfit.ReleasesAnnotation]
-	if list == "" {
+	if pv.Spec.PersistentVolumeReclaimPolicy != v1.PersistentVolumeReclaimRetain {
 		return nil
 	}
-	return strings.Split(list, ",")
+	var releases []string
+	for r := range strings.SplitSeq(pv.Annotations[diskfit.ReleasesAnnotation], ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			releases = append(releases, r)
+		}
+	}
+	return releases
 }
 
 // pvNow reads the PV decided was made for from the API server.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/lifecycle/lifecycletest"
 )
 
@@ -394,5 +395,70 @@ func TestTwoReleasesOfOneClaimKeepItsDataInEveryOrder(t *testing.T) {
 			runs := interleavings(t, server, check, release(tc.fresh[0]), release(tc.fresh[1]))
 			t.Logf("%d orders", runs)
 		})
+	}
+}
+
+// TestReleaseBackingOutAfterAnAdminPutThePolicyBack: a release cut short
+// left its PV Retain, on the list of releases; the claim stays, and an
+// admin put its reclaim policy back to Delete, as the release's error
+// said. A list is void once the PV is not Retain: a later release that
+// backs out must leave the claim its own policy (Delete), not Retain for
+// the release long gone (its volume would outlive the claim). While the
+// PV is Retain, a release on the list may still be deleting the claim: it
+// stays Retain.
+func TestReleaseBackingOutAfterAnAdminPutThePolicyBack(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy v1.PersistentVolumeReclaimPolicy
+		list   string
+		want   v1.PersistentVolumeReclaimPolicy
+	}{
+		{"policy put back", v1.PersistentVolumeReclaimDelete, "cut-short", v1.PersistentVolumeReclaimDelete},
+		{"release still listed", v1.PersistentVolumeReclaimRetain, "cut-short", v1.PersistentVolumeReclaimRetain},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+			pv := objs[1].(*v1.PersistentVolume)
+			pv.Spec.PersistentVolumeReclaimPolicy = tc.policy
+			pv.Annotations = map[string]string{
+				diskfit.ReleasesAnnotation:                   tc.list,
+				diskfit.ReclaimPolicyBeforeReleaseAnnotation: string(v1.PersistentVolumeReclaimDelete),
+			}
+			e := newEnv(t, append(objs, node("n1")))
+			refuseClaimDelete(e)
+			if err := release(e, objs); !errors.Is(err, ErrClaimChanged) {
+				t.Errorf("release returned %v, want ErrClaimChanged", err)
+			}
+			if got := e.pv("pv-a"); got.Spec.PersistentVolumeReclaimPolicy != tc.want {
+				t.Errorf("the claim stays with reclaim policy %s (annotations %v), want %s", got.Spec.PersistentVolumeReclaimPolicy, got.Annotations, tc.want)
+			}
+		})
+	}
+}
+
+// TestReleaseBackingOutOfAClaimWhosePVWentSaysNothingToFix: a release
+// backing out finds the claim staying; before it puts the policy back,
+// the claim and its PV go (the release of a deleted Node's claim). The
+// release must not ask an admin to fix a PV that is gone.
+func TestReleaseBackingOutOfAClaimWhosePVWentSaysNothingToFix(t *testing.T) {
+	objs := claim("a", plainClass, "n1", "d0", releaseAnnotation)
+	e := newEnv(t, append(objs, node("n1")))
+	refuseClaimDelete(e)
+	claimReads := 0
+	e.client.PrependReactor("get", "persistentvolumeclaims", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if claimReads++; claimReads == 2 {
+			// After this read (the claim stays), the PV goes.
+			if err := e.client.Tracker().Delete(v1.SchemeGroupVersion.WithResource("persistentvolumes"), "", "pv-a"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return false, nil, nil
+	})
+	err := release(e, objs)
+	if claimReads < 2 {
+		t.Fatalf("release read the claim %d times: this test shows nothing", claimReads)
+	}
+	if !errors.Is(err, ErrClaimChanged) || apierrors.IsNotFound(err) {
+		t.Errorf("release returned %v, want ErrClaimChanged alone", err)
 	}
 }
