@@ -326,6 +326,17 @@ func (d *Driver) growXFSToVolume(ctx context.Context, id, dev, target string, re
 	}
 }
 
+// withinRecord says whether dev is no larger than the volume's recorded
+// size: only then does a stage grow the filesystem on it to the device. A
+// device larger than the record, which only an expansion cut short
+// leaves, is left to the retried expansion: start cuts such a file back
+// to its record once no device holds it, and a filesystem grown into that
+// tail would lose its end.
+func withinRecord(dev string, recorded int64) bool {
+	devBytes, err := deviceSize(dev)
+	return err == nil && devBytes <= recorded
+}
+
 // formatFresh formats a volume that holds no data (forced: a torn
 // filesystem of an earlier attempt may be on it), syncs the filesystem to
 // the disk, records that the volume holds it, and only then mounts it.
@@ -414,17 +425,6 @@ func (e *noMkfs) guard(c utilexec.Cmd, cmd string) utilexec.Cmd {
 var errFormatRefused = errors.New("refusing to format a volume that may hold data")
 
 // refusedCmd is a command that never runs.
-// withinRecord says whether dev is no larger than the volume's recorded
-// size: only then does a stage grow the filesystem on it to the device. A
-// device larger than the record, which only an expansion cut short
-// leaves, is left to the retried expansion: start cuts such a file back
-// to its record once no device holds it, and a filesystem grown into that
-// tail would lose its end.
-func withinRecord(dev string, recorded int64) bool {
-	devBytes, err := deviceSize(dev)
-	return err == nil && devBytes <= recorded
-}
-
 type refusedCmd struct{ utilexec.Cmd }
 
 func (refusedCmd) Run() error                      { return errFormatRefused }

@@ -19,7 +19,8 @@ import (
 // their requests can reach the server: a request is let through only
 // when every other actor is waiting on its next one, or done. After each
 // request, check looks at the server's objects (done after the last):
-// a broken promise fails the test with the order that broke it. It returns how many orders ran.
+// a broken promise fails the test with the order that broke it. It
+// returns how many orders ran.
 func interleavings(t *testing.T, server func() *lifecycletest.Server, check func(server *lifecycletest.Server, done bool) error, actors ...func(kubernetes.Interface) error) int {
 	t.Helper()
 	// Each run follows the choices made so far and takes the first
@@ -33,19 +34,17 @@ func interleavings(t *testing.T, server func() *lifecycletest.Server, check func
 		if err != nil {
 			t.Fatalf("order %d (%s): %v", runs, strings.Join(trace, ", "), err)
 		}
-		taken := func(i int) int { return min(choiceAt(choices, i), options[i]-1) }
+		// A run is deterministic: it replays the choices given exactly.
 		i := len(options) - 1
-		for i >= 0 && taken(i)+1 >= options[i] {
+		for i >= 0 && choiceAt(choices, i)+1 >= options[i] {
 			i--
 		}
 		if i < 0 {
 			return runs
 		}
 		next := make([]int, i+1)
-		for j := range i {
-			next[j] = taken(j)
-		}
-		next[i] = taken(i) + 1
+		copy(next, choices)
+		next[i] = choiceAt(choices, i) + 1
 		choices = next
 	}
 }

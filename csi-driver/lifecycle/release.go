@@ -82,9 +82,9 @@ func ReleaseKeepingData(ctx context.Context, client kubernetes.Interface, c Clai
 // ErrClaimChanged, or otherwise turned down) and that stays gets its PV's
 // reclaim policy back (retain): read again, it is still there under its
 // UID and not being deleted, and no other release of it is on the PV's
-// list (one may be deleting it now). Left Retain, such a claim, deleted later by
-// its owner, would leave its volume and data for good. Every other claim
-// keeps a Retain PV (with Delete, the volume would go with the claim):
+// list (one may be deleting it now). Left Retain, such a claim, deleted
+// later by its owner, would leave its volume and data for good. Every
+// other claim keeps a Retain PV (with Delete, the volume would go with the claim):
 // one gone, being deleted or not readable after a refusal, and one whose
 // delete failed with no answer (a timeout, an etcd error, a lost
 // connection or leadership), which may go through after any read that
