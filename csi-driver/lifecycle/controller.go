@@ -313,8 +313,8 @@ func (c *Controller) claimsByDisk() (map[diskfit.Location][]Claim, error) {
 			continue
 		}
 		cl := Claim{PVC: pvc, PV: pv}
-		if name := pvc.Spec.StorageClassName; name != nil {
-			cl.Class, _ = c.classes.Get(*name)
+		if name := diskfit.ClaimClass(pvc, ""); name != "" {
+			cl.Class, _ = c.classes.Get(name)
 		}
 		out[loc] = append(out[loc], cl)
 	}

@@ -272,7 +272,8 @@ func (e *env) podExists(name string) bool {
 
 // TestFailedDiskReleasesOptedInClaims: a disk that stays unhealthy for the
 // grace time has exactly its opted-in claims released (by annotation or
-// by their StorageClass, an annotation "keep" overriding the class): the
+// by their StorageClass, named in spec or in the legacy annotation, an
+// annotation "keep" overriding the class): the
 // claim and its pod are deleted, the PV stays with reclaim policy Retain.
 // Every claim on the disk is told when it fails, and what comes next.
 func TestFailedDiskReleasesOptedInClaims(t *testing.T) {
@@ -280,6 +281,10 @@ func TestFailedDiskReleasesOptedInClaims(t *testing.T) {
 	objs = append(objs, node("n1"))
 	objs = append(objs, claim("annotated", plainClass, "n1", "d0", releaseAnnotation)...)
 	objs = append(objs, claim("by-class", optInClass, "n1", "d0", nil)...)
+	// The class in the legacy annotation, which the provisioner reads first.
+	legacy := claim("by-legacy-class", "", "n1", "d0", map[string]string{diskfit.BetaStorageClassAnnotation: optInClass})
+	legacy[0].(*v1.PersistentVolumeClaim).Spec.StorageClassName = nil
+	objs = append(objs, legacy...)
 	objs = append(objs, claim("kept-by-annotation", optInClass, "n1", "d0", map[string]string{diskfit.OnDiskLossAnnotation: diskfit.OnDiskLossKeep})...)
 	objs = append(objs, claim("not-opted-in", plainClass, "n1", "d0", nil)...)
 	objs = append(objs, claim("healthy-disk", plainClass, "n1", "d1", releaseAnnotation)...)
@@ -289,7 +294,7 @@ func TestFailedDiskReleasesOptedInClaims(t *testing.T) {
 	e.c.Pass(e.ctx)
 	e.setHealthy("n1", "d0", false)
 	e.c.Pass(e.ctx)
-	for _, name := range []string{"annotated", "by-class", "kept-by-annotation", "not-opted-in", "web-0", "web-1"} {
+	for _, name := range []string{"annotated", "by-class", "by-legacy-class", "kept-by-annotation", "not-opted-in", "web-0", "web-1"} {
 		if got := e.rec.of(name); len(got) != 1 || !strings.Contains(got[0], ReasonDiskFailed) || !strings.Contains(got[0], "input/output error") {
 			t.Errorf("events of %s = %q, want one %s naming the error", name, got, ReasonDiskFailed)
 		}
@@ -305,13 +310,13 @@ func TestFailedDiskReleasesOptedInClaims(t *testing.T) {
 	}
 
 	e.step(diskGrace - time.Second)
-	for _, name := range []string{"annotated", "by-class"} {
+	for _, name := range []string{"annotated", "by-class", "by-legacy-class"} {
 		if !e.pvcExists(name) {
 			t.Fatalf("claim %s released before the grace time", name)
 		}
 	}
 	e.step(time.Second)
-	for _, name := range []string{"annotated", "by-class"} {
+	for _, name := range []string{"annotated", "by-class", "by-legacy-class"} {
 		if e.pvcExists(name) {
 			t.Errorf("opted-in claim %s on the failed disk: kept, want it released", name)
 		}

@@ -95,8 +95,8 @@ func claimsOn(ctx context.Context, c *Clients, keep func(diskfit.Location) bool)
 		d := &out[i]
 		ref := d.PV.Spec.ClaimRef
 		d.PVC = &pvcs.Items[byName[types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}]]
-		if name := d.PVC.Spec.StorageClassName; name != nil {
-			if j := slices.IndexFunc(classes.Items, func(sc storagev1.StorageClass) bool { return sc.Name == *name }); j >= 0 {
+		if name := diskfit.ClaimClass(d.PVC, ""); name != "" {
+			if j := slices.IndexFunc(classes.Items, func(sc storagev1.StorageClass) bool { return sc.Name == name }); j >= 0 {
 				d.Class = &classes.Items[j]
 			}
 		}

@@ -36,6 +36,14 @@ func drainPVC(name, class, pv, onDiskLoss string) *corev1.PersistentVolumeClaim 
 	return pvc
 }
 
+// legacyClass moves pvc's class to the legacy annotation, which the
+// provisioner reads first.
+func legacyClass(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	pvc.Annotations = map[string]string{diskfit.BetaStorageClassAnnotation: *pvc.Spec.StorageClassName}
+	pvc.Spec.StorageClassName = nil
+	return pvc
+}
+
 // replicaPod is a running pod of StatefulSet web on node-a using claim.
 func replicaPod(name, claim string) *corev1.Pod {
 	p := makePod(name).withClaim("data", claim).onNode("node-a").Pod
@@ -45,7 +53,8 @@ func replicaPod(name, claim string) *corev1.Pod {
 }
 
 // drainCluster is node-a with, on nvme0, two replicas of StatefulSet web
-// whose class asks for release, a claim of that class that says keep, and
+// whose class asks for release (the second's named in the legacy
+// annotation), a claim of that class that says keep, and
 // a claim of a plain class that asks for release, used by a pod no
 // controller owns; on nvme1 one more claim that asks for release.
 func drainCluster() *Clients { return drainClusterHolding(0) }
@@ -58,7 +67,7 @@ func drainClusterHolding(hold time.Duration) *Clients {
 	kube := []runtime.Object{
 		diskfitClass("diskfit", ""), releaseClass,
 		diskfitPV("pv-w0", "node-a", "nvme0", gi, "data-web-0"), drainPVC("data-web-0", "diskfit-release", "pv-w0", ""),
-		diskfitPV("pv-w1", "node-a", "nvme0", gi, "data-web-1"), drainPVC("data-web-1", "diskfit-release", "pv-w1", ""),
+		diskfitPV("pv-w1", "node-a", "nvme0", gi, "data-web-1"), legacyClass(drainPVC("data-web-1", "diskfit-release", "pv-w1", "")),
 		diskfitPV("pv-s", "node-a", "nvme0", gi, "scratch"), drainPVC("scratch", "diskfit-release", "pv-s", diskfit.OnDiskLossKeep),
 		diskfitPV("pv-t", "node-a", "nvme0", gi, "tool-data"), drainPVC("tool-data", "diskfit", "pv-t", diskfit.OnDiskLossRelease),
 		diskfitPV("pv-o", "node-a", "nvme1", gi, "other"), drainPVC("other", "diskfit-release", "pv-o", ""),

@@ -145,9 +145,7 @@ func (o *explainOptions) claims(ctx context.Context, c *Clients, pod *corev1.Pod
 		if err != nil {
 			return nil, fmt.Errorf("reading PVC %s/%s: %w", pod.Namespace, claimName, err)
 		}
-		if pvc.Spec.StorageClassName != nil {
-			r.class = *pvc.Spec.StorageClassName
-		}
+		r.class = cmp.Or(diskfit.ClaimClass(pvc, ""), "-")
 		if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 			r.size = packing.FormatBytes(q.Value())
 		}
