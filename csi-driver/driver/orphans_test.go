@@ -864,6 +864,37 @@ func TestDeleteVolumeReadsThePVsAgain(t *testing.T) {
 	}
 }
 
+// DeleteVolume finds the PVs of a volume in the API server, not in its
+// cache: a PV the cache never saw (its watch broken or behind, as under an
+// overloaded API server) still keeps the volume. Here an admin gave the
+// volume to a second claim with a PV of its own while the node's watch
+// was down, and then deleted the first claim. Before, DeleteVolume looked
+// up the PVs in its cache only and deleted the second claim's data.
+func TestDeleteVolumeSeesAPVItsCacheMissed(t *testing.T) {
+	e := newOrphanEnv(t, true)
+	id := e.mustCreate(t, createReq("pvc-given", 300*mi)).VolumeId
+	first := csiPV("pv-first", diskfit.DriverName, id)
+	first.Spec.PersistentVolumeReclaimPolicy, first.Status.Phase = corev1.PersistentVolumeReclaimDelete, corev1.VolumeBound
+	e.createPV(t, first)
+	e.waitForPVCache(t, 1)
+	e.stopPVs()
+	second := csiPV("pv-second", diskfit.DriverName, id)
+	second.Spec.PersistentVolumeReclaimPolicy, second.Status.Phase = corev1.PersistentVolumeReclaimRetain, corev1.VolumeBound
+	e.createPV(t, second)
+	first.Status.Phase = corev1.VolumeReleased
+	if _, err := e.kube.CoreV1().PersistentVolumes().UpdateStatus(e.ctx, first, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	if !slices.Contains(e.remaining(t), id) {
+		t.Fatalf("DeleteVolume (%v) deleted the volume PV %s refers to, which its cache had not seen", err, second.Name)
+	}
+	wantCode(t, err, codes.FailedPrecondition)
+	if err != nil && !strings.Contains(err.Error(), second.Name) {
+		t.Errorf("the refusal does not name PV %s: %v", second.Name, err)
+	}
+}
+
 // DeleteVolume deletes a volume only when no PV but those Kubernetes
 // deletes it for still refers to it. Two PVs can name one volume: an admin
 // who moves a volume to another claim (or namespace) makes a second PV for

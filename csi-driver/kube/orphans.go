@@ -228,44 +228,40 @@ func (f *OrphanFinder) VolumesWithoutPV(ctx context.Context, ids []string, confi
 		return uncached, nil
 	}
 	handles := sets.New[string]()
-	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		return f.client.CoreV1().PersistentVolumes().List(ctx, opts)
-	}, func(obj runtime.Object) {
-		handles.Insert(f.volumeHandles(obj)...)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing PVs: %w", err)
+	if err := f.listPVs(ctx, func(pv *corev1.PersistentVolume) { handles.Insert(f.volumeHandles(pv)...) }); err != nil {
+		return nil, err
 	}
 	return without(uncached, handles), nil
 }
 
-// PVsOf implements driver.OrphanFinder: the PVs the cache has for the
-// volume (see volumeHandle), read again from the API server (the cache may
-// not have seen a PV Released yet, or deleted), without those that are
-// gone.
+// PVsOf implements driver.OrphanFinder: the PVs of the volume (see
+// volumeHandle) in a consistent list from the API server. Not the cache:
+// it may not have seen a PV Released yet, or deleted, and a PV it never
+// saw (its watch broken or behind) would let DeleteVolume delete the data
+// that PV's claim uses. A list per deletion is what that costs.
 func (f *OrphanFinder) PVsOf(ctx context.Context, volumeID string) ([]*corev1.PersistentVolume, error) {
-	if !f.pvs.HasSynced() {
-		return nil, errors.New("the PV cache has not synced yet")
-	}
-	objs, err := f.pvs.GetIndexer().ByIndex(volumeHandleIndex, volumeID)
-	if err != nil {
-		return nil, fmt.Errorf("looking up PVs of volume %s: %w", volumeID, err)
-	}
-	pvs := make([]*corev1.PersistentVolume, 0, len(objs))
-	for _, obj := range objs {
-		name := obj.(*corev1.PersistentVolume).Name
-		pv, err := f.client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("reading PV %s: %w", name, err)
-		}
+	var pvs []*corev1.PersistentVolume
+	err := f.listPVs(ctx, func(pv *corev1.PersistentVolume) {
 		if handle, ok := f.volumeHandle(pv); ok && handle == volumeID {
 			pvs = append(pvs, pv)
 		}
+	})
+	return pvs, err
+}
+
+// listPVs calls each for every PV in a consistent list (listAll).
+func (f *OrphanFinder) listPVs(ctx context.Context, each func(*corev1.PersistentVolume)) error {
+	err := listAll(ctx, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return f.client.CoreV1().PersistentVolumes().List(ctx, opts)
+	}, func(obj runtime.Object) {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok {
+			each(pv)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("listing PVs: %w", err)
 	}
-	return pvs, nil
+	return nil
 }
 
 // Retain implements driver.OrphanFinder: pv gets reclaim policy Retain, as
