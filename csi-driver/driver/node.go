@@ -206,7 +206,17 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := os.MkdirAll(staging, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "creating staging path: %v", err)
 	}
-	opts := append([]string{}, mnt.GetMountFlags()...)
+	// One option per entry: mount(8) and a PV's mountOptions also take
+	// "noatime,ro" in one, and a read-only stage must be seen as such
+	// (no mkfs, fsck or grow).
+	var opts []string
+	for _, f := range mnt.GetMountFlags() {
+		for o := range strings.SplitSeq(f, ",") {
+			if o = strings.TrimSpace(o); o != "" {
+				opts = append(opts, o)
+			}
+		}
+	}
 	if readerOnly(req.GetVolumeCapability()) && !slices.Contains(opts, "ro") {
 		opts = append(opts, "ro")
 	}
@@ -660,9 +670,30 @@ func bindMount(source, target string, readOnly bool) error {
 	return nil
 }
 
-// remountReadOnly makes the bind mount at target read-only.
+// remountReadOnly makes the bind mount at target read-only. A bind
+// remount sets every per-mount flag anew, so the flags the mount has
+// (nosuid, nodev, noexec, atime: the staging mount's options, which the
+// bind inherited) are passed along; MS_RDONLY alone would drop them.
 func remountReadOnly(target string) error {
-	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil {
+		return fmt.Errorf("reading the flags of %s: %w", target, err)
+	}
+	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY)
+	for _, f := range []struct{ st, ms uintptr }{
+		{unix.ST_NOSUID, unix.MS_NOSUID},
+		{unix.ST_NODEV, unix.MS_NODEV},
+		{unix.ST_NOEXEC, unix.MS_NOEXEC},
+		{unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+		{unix.ST_RELATIME, unix.MS_RELATIME},
+		{unix.ST_SYNCHRONOUS, unix.MS_SYNCHRONOUS},
+	} {
+		if uintptr(st.Flags)&f.st != 0 {
+			flags |= f.ms
+		}
+	}
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
 		return fmt.Errorf("read-only remount: %w", err)
 	}
 	return nil

@@ -114,12 +114,7 @@ func TestReadOnlyPublishRetryAfterCrashMidPublish(t *testing.T) {
 		}
 		// What bindMount's first system call leaves when the process
 		// dies before the second.
-		if err := makeTarget(target, tt.cap.GetBlock() != nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
-			t.Fatal(err)
-		}
+		bindAt(t, source, target, tt.cap.GetBlock() != nil)
 		if _, err := e.publish(t, id, staging, tt.name, tt.cap, true); err != nil {
 			t.Errorf("%s: the kubelet's retry of the read-only publication: %v, want OK", tt.name, err)
 		}
@@ -133,6 +128,50 @@ func TestReadOnlyPublishRetryAfterCrashMidPublish(t *testing.T) {
 		}
 		e.teardown(t, id, staging, target)
 	}
+}
+
+// A read-only publication keeps what the staging mount forbids: an admin's
+// mountOptions nosuid, nodev and noexec hold in the pod whether or not it
+// asked for the volume readOnly, also when the kubelet's retry finishes a
+// publication a killed driver left writable. The read-only remount sets
+// every per-mount flag anew; before, it passed MS_RDONLY alone and the pod
+// got a read-only mount where setuid programs and device nodes worked.
+func TestReadOnlyPublishKeepsTheStagingMountsRestrictions(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+	cap := mountCap()
+	cap.GetMount().MountFlags = []string{"nosuid", "nodev", "noexec", "noatime"}
+	id := e.createWith(t, "pvc-restricted", 300*mi, cap).VolumeId
+	staging := e.stage(t, id, cap)
+	want := []string{"nosuid", "nodev", "noexec", "noatime"}
+	if opts := mountOptionsAt(t, staging); !containsAll(opts, want) {
+		t.Fatalf("staged with %v, want %v", opts, want)
+	}
+	fresh, err := e.publish(t, id, staging, "fresh", cap, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retried := filepath.Join(e.kubelet, "pods", "retried")
+	// What bindMount's first system call leaves when the process dies
+	// before the second.
+	bindAt(t, staging, retried, false)
+	if _, err := e.publish(t, id, staging, "retried", cap, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{fresh, retried} {
+		if opts := mountOptionsAt(t, target); !containsAll(opts, append([]string{"ro"}, want...)) {
+			t.Errorf("published read-only at %s with %v, want ro and %v", filepath.Base(target), opts, want)
+		}
+	}
+	e.teardown(t, id, staging, fresh, retried)
+}
+
+func containsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // mountOptionsAt returns the per-mount options of what is mounted at
@@ -172,12 +211,7 @@ func TestBlockPublicationOnTmpfsDev(t *testing.T) {
 	}
 	node := nodeOnTmpfs(t, t.TempDir(), dev)
 	target := filepath.Join(e.kubelet, "pods", "tmpfs-dev")
-	if err := makeTarget(target, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount(node, target, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
+	bindAt(t, node, target, true)
 	if _, err := e.publish(t, id, staging, "tmpfs-dev", cap, false); err != nil {
 		t.Errorf("re-publishing the Block volume at its target: %v, want OK", err)
 	}

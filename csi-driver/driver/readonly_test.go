@@ -42,12 +42,16 @@ func TestReadOnlyStageWritesNothing(t *testing.T) {
 
 	roFlag := withFS(mountCap(), "ext4")
 	roFlag.GetMount().MountFlags = []string{"ro"}
+	// mount(8) takes a comma-separated list in one flag, and so does a
+	// PV's mountOptions entry.
+	roInAList := withFS(mountCap(), "ext4")
+	roInAList.GetMount().MountFlags = []string{"noatime,ro"}
 	readerOnly := withFS(mountCap(), "ext4")
 	readerOnly.AccessMode.Mode = csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY
 	for _, tt := range []struct {
 		what string
 		ro   *csi.VolumeCapability
-	}{{`"ro" in the mount flags`, roFlag}, {"SINGLE_NODE_READER_ONLY", readerOnly}} {
+	}{{`"ro" in the mount flags`, roFlag}, {`"noatime,ro" in the mount flags`, roInAList}, {"SINGLE_NODE_READER_ONLY", readerOnly}} {
 		staging = e.stage(t, vol.VolumeId, tt.ro)
 		if opts := mountOptionsAt(t, staging); !slices.Contains(opts, "ro") {
 			t.Errorf("%s: staged with %v, want ro", tt.what, opts)
