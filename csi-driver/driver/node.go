@@ -178,6 +178,7 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	vol, err := dk.backend.GetVolume(ctx, key)
 	if err != nil {
+		undo()
 		return nil, toStatus(fmt.Errorf("volume %s: %w", req.GetVolumeId(), err))
 	}
 	if mnt == nil {
@@ -199,11 +200,13 @@ func (d *Driver) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	if view.staged != nil {
 		if !view.stagedIsVolume {
+			undo()
 			return nil, status.Errorf(codes.AlreadyExists, "staging path %s holds %s, not volume %s (%s)", staging, view.staged.Source, req.GetVolumeId(), dev)
 		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 	if err := os.MkdirAll(staging, 0o750); err != nil {
+		undo()
 		return nil, status.Errorf(codes.Internal, "creating staging path: %v", err)
 	}
 	// One option per entry: mount(8) and a PV's mountOptions also take
@@ -844,7 +847,7 @@ func (d *Driver) publicationsOf(rdev uint64, block bool) func(mount.MountInfo) b
 // pods/<uid>/volume-subpaths/, or the map of a Block volume's
 // publication, under plugins/kubernetes.io/csi/volumeDevices/<pv>/dev/.
 func (d *Driver) kubeletsOwnMount(path string) bool {
-	rel, err := filepath.Rel(d.cfg.KubeletDir, path)
+	rel, err := filepath.Rel(d.kubeletDir, path)
 	if err != nil {
 		return false
 	}

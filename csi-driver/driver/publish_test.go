@@ -2,6 +2,7 @@ package driver
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -309,17 +310,32 @@ func TestKubeletsOwnMountsAreNoOtherPublication(t *testing.T) {
 // kubelet bind-mounts it under pods/<uid>/volume-subpaths), is not a
 // publication of that volume: it does not hold the volume staged.
 // Before, the volume's NodeUnstageVolume was refused for ever, its loop
-// device stayed attached and DeleteVolume refused it as in use.
+// device stayed attached and DeleteVolume refused it as in use. The same
+// holds with --kubelet-dir a symbolic link: the mount table names the
+// directory it leads to (before, the kubelet's own mounts were then
+// matched against the link and never recognised).
 func TestTenantsDeviceNodeHoldsNoVolume(t *testing.T) {
-	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
-	cap := blockCap()
-	id := e.createWith(t, "pvc-victim", 64*mi, cap).VolumeId
-	staging := e.stage(t, id, cap)
-	dev, err := e.d.disk("xfs").backend.Device(e.ctx, "pvc-victim")
-	if err != nil {
-		t.Fatal(err)
+	for _, link := range []bool{false, true} {
+		t.Run(fmt.Sprintf("kubelet dir a link %v", link), func(t *testing.T) {
+			e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
+			if link {
+				// As New leaves a driver given a link: the link in its
+				// config, the directory resolved.
+				e.d.cfg.KubeletDir = filepath.Join(t.TempDir(), "kubelet")
+				if err := os.Symlink(e.kubelet, e.d.cfg.KubeletDir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cap := blockCap()
+			id := e.createWith(t, "pvc-victim", 64*mi, cap).VolumeId
+			staging := e.stage(t, id, cap)
+			dev, err := e.d.disk("xfs").backend.Device(e.ctx, "pvc-victim")
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := nodeOnTmpfs(t, filepath.Join(e.kubelet, "pods/tenant/volumes/kubernetes.io~empty-dir/cache"), dev)
+			bindAt(t, node, filepath.Join(e.kubelet, "pods/tenant/volume-subpaths/cache/app/0"), true)
+			e.teardown(t, id, staging)
+		})
 	}
-	node := nodeOnTmpfs(t, filepath.Join(e.kubelet, "pods/tenant/volumes/kubernetes.io~empty-dir/cache"), dev)
-	bindAt(t, node, filepath.Join(e.kubelet, "pods/tenant/volume-subpaths/cache/app/0"), true)
-	e.teardown(t, id, staging)
 }

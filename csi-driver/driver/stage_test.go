@@ -859,3 +859,32 @@ func TestExt4StageDoesNotGrowPastTheRecordedSize(t *testing.T) {
 	}
 	e.teardown(t, vol.VolumeId, staging)
 }
+
+// A stage that fails after it attached the volume detaches it again. The
+// kubelet takes AlreadyExists (the staging path holds another mount) as
+// final: it calls no NodeUnstageVolume, so a loop device left attached
+// would hold the volume for good, and DeleteVolume would refuse it as
+// attached. Before, this refusal (and a record that could not be read, or
+// a staging path that could not be made) returned with the device
+// attached.
+func TestFailedStageDetachesWhatItAttached(t *testing.T) {
+	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: gi}}, nil)
+	cap := mountCap()
+	id := e.createWith(t, "pvc-blocked", 64*mi, cap).VolumeId
+	staging := filepath.Join(e.kubelet, "plugins", "staging", "blocked")
+	if err := os.MkdirAll(staging, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", staging, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(staging, unix.MNT_DETACH) })
+	_, err := e.d.NodeStageVolume(e.ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: cap})
+	wantCode(t, err, codes.AlreadyExists)
+	if dev, err := e.d.disk("xfs").backend.Device(e.ctx, "pvc-blocked"); err != nil || dev != "" {
+		t.Errorf("after the refused stage the volume is attached at %q (%v), want detached", dev, err)
+	}
+	if _, err := e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Errorf("DeleteVolume after the refused stage: %v", err)
+	}
+}
