@@ -98,6 +98,12 @@ func (d *Driver) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		if vol.Name != req.GetName() || !sizeFits(vol.SizeBytes, req.GetCapacityRange()) || !sameSource(dk, vol, req.GetVolumeContentSource()) {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists with size %d bytes and another size or source than requested", req.GetName(), vol.SizeBytes)
 		}
+		// One name, two claims: external-provisioner's
+		// --volume-name-uuid-length cuts the claim's UID in the name.
+		if ns, name := req.GetParameters()[diskfit.PVCNamespaceKey], req.GetParameters()[diskfit.PVCNameKey]; vol.PVCName != "" && name != "" &&
+			(vol.PVCNamespace != ns || vol.PVCName != name) {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q exists for claim %s/%s, not %s/%s", req.GetName(), vol.PVCNamespace, vol.PVCName, ns, name)
+		}
 		// The provisioner asks again because it has no PV yet and will make one.
 		if err := d.referenceComing(ctx, d.volumeRefs(), dk, key, vol.Refs); err != nil {
 			return nil, toStatus(fmt.Errorf("volume %q: %w", req.GetName(), err))

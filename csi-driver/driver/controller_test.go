@@ -101,6 +101,20 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 	}
 	_, err := e.d.CreateVolume(e.ctx, createReq("pvc-same", gi))
 	wantCode(t, err, codes.AlreadyExists)
+	// external-provisioner's --volume-name-uuid-length cuts the claim's
+	// UID in the name, and two claims can then ask for one name: the
+	// volume of the one is never the other's.
+	forFirst := createReq("pvc-0b5c3f2e", 300*mi)
+	forFirst.Parameters = e.addPVC(t, "data-0", nil)
+	made := e.mustCreate(t, forFirst)
+	forOther := createReq("pvc-0b5c3f2e", 300*mi)
+	forOther.Parameters = e.addPVC(t, "data-1", nil)
+	if other, err := e.d.CreateVolume(e.ctx, forOther); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("CreateVolume of the name of claim default/data-0's volume for claim default/data-1: %v, %v; want AlreadyExists", other, err)
+	}
+	if again := e.mustCreate(t, forFirst); again.VolumeId != made.VolumeId {
+		t.Errorf("retry for claim default/data-0 returned %q, first call %q", again.VolumeId, made.VolumeId)
+	}
 	// A name that is not a plain key is hashed, and still idempotent.
 	odd := "Sanity Volume/with odd name"
 	a := e.mustCreate(t, createReq(odd, 400*mi))
@@ -108,7 +122,7 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 	if a.VolumeId != b.VolumeId || !strings.HasPrefix(a.VolumeId, "small:h-") {
 		t.Errorf("odd name IDs %q and %q", a.VolumeId, b.VolumeId)
 	}
-	for _, id := range []string{first.VolumeId, a.VolumeId, a.VolumeId} {
+	for _, id := range []string{first.VolumeId, made.VolumeId, a.VolumeId, a.VolumeId} {
 		if _, err := e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -322,7 +321,7 @@ func (f *OrphanFinder) SnapshotsWithoutContent(ctx context.Context, ids []string
 }
 
 // SnapshotWaits implements driver.OrphanFinder: a VolumeSnapshotContent
-// of this driver that is being made for the snapshot (madeFor) from the
+// of this driver that is being made for the snapshot (diskfit.NamedFor) from the
 // volume and has no snapshot handle yet, listed from the API server.
 func (f *OrphanFinder) SnapshotWaits(ctx context.Context, volumeID, snapshotName string) (bool, error) {
 	if f.dynamic == nil {
@@ -336,7 +335,7 @@ func (f *OrphanFinder) SnapshotWaits(ctx context.Context, volumeID, snapshotName
 		driver, _, _ := unstructured.NestedString(u.Object, "spec", "driver")
 		source, _, _ := unstructured.NestedString(u.Object, "spec", "source", "volumeHandle")
 		uid, _, _ := unstructured.NestedString(u.Object, "spec", "volumeSnapshotRef", "uid")
-		waits = waits || driver == diskfit.DriverName && source == volumeID && len(snapshotHandles(u)) == 0 && madeFor(snapshotName, uid)
+		waits = waits || driver == diskfit.DriverName && source == volumeID && len(snapshotHandles(u)) == 0 && diskfit.NamedFor(snapshotName, uid)
 	})
 	if apierrors.IsNotFound(err) {
 		// The API serves no VolumeSnapshotContents: none is being made.
@@ -346,20 +345,6 @@ func (f *OrphanFinder) SnapshotWaits(ctx context.Context, volumeID, snapshotName
 		return false, fmt.Errorf("listing VolumeSnapshotContents: %w", err)
 	}
 	return waits, nil
-}
-
-// madeFor reports whether csi-snapshotter named a snapshot name for the
-// VolumeSnapshot of UID uid: <prefix>-<uid>, or with
-// --snapshot-name-uuid-length, <prefix>-<uid without dashes, cut>.
-func madeFor(name, uid string) bool {
-	if uid == "" {
-		return false
-	}
-	if strings.HasSuffix(name, "-"+uid) {
-		return true
-	}
-	cut := name[strings.LastIndex(name, "-")+1:]
-	return cut != "" && strings.HasPrefix(strings.ReplaceAll(uid, "-", ""), cut)
 }
 
 // ContentsOf implements driver.OrphanFinder: the VolumeSnapshotContents

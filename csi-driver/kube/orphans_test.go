@@ -208,21 +208,3 @@ func TestContentInformerWithoutDynamicClient(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	f.RunContentInformer(ctx)
 }
-
-func TestMadeFor(t *testing.T) {
-	for _, tt := range []struct {
-		name, uid string
-		want      bool
-	}{
-		{"snapshot-0b5e-41aa", "0b5e-41aa", true},
-		{"snap-7c11d2", "7c11d2ab-0000", true},
-		{"snapshot-0b5e-41aa", "9f00-1234", false},
-		{"snapshot-0b5e-41aa", "", false},
-		{"snapshot-", "0b5e", false},
-		{"snapshot-x0b5e-41aa", "0b5e-41aa", false},
-	} {
-		if got := madeFor(tt.name, tt.uid); got != tt.want {
-			t.Errorf("madeFor(%q, %q) = %v, want %v", tt.name, tt.uid, got, tt.want)
-		}
-	}
-}
