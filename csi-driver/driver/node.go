@@ -674,9 +674,10 @@ func bindMount(source, target string, readOnly bool) error {
 }
 
 // remountReadOnly makes the bind mount at target read-only. A bind
-// remount sets every per-mount flag anew, so the flags the mount has
-// (nosuid, nodev, noexec, atime: the staging mount's options, which the
-// bind inherited) are passed along; MS_RDONLY alone would drop them.
+// remount sets the mount's nosuid, nodev, noexec and nosymfollow anew, so
+// those it has (the staging mount's options, which the bind inherited) are
+// passed along; MS_RDONLY alone would drop them. The atime flags, none of
+// which is passed, the kernel keeps as they are.
 func remountReadOnly(target string) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(target, &st); err != nil {
@@ -687,10 +688,7 @@ func remountReadOnly(target string) error {
 		{unix.ST_NOSUID, unix.MS_NOSUID},
 		{unix.ST_NODEV, unix.MS_NODEV},
 		{unix.ST_NOEXEC, unix.MS_NOEXEC},
-		{unix.ST_NOATIME, unix.MS_NOATIME},
-		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
-		{unix.ST_RELATIME, unix.MS_RELATIME},
-		{unix.ST_SYNCHRONOUS, unix.MS_SYNCHRONOUS},
+		{stNoSymFollow, unix.MS_NOSYMFOLLOW},
 	} {
 		if uintptr(st.Flags)&f.st != 0 {
 			flags |= f.ms
@@ -701,6 +699,10 @@ func remountReadOnly(target string) error {
 	}
 	return nil
 }
+
+// stNoSymFollow is ST_NOSYMFOLLOW (linux/statfs.h), which x/sys/unix does
+// not define.
+const stNoSymFollow = 0x2000
 
 func (d *Driver) isMountPoint(path string) (bool, error) {
 	notMnt, err := d.mounter.IsLikelyNotMountPoint(path)

@@ -132,7 +132,7 @@ func TestReadOnlyPublishRetryAfterCrashMidPublish(t *testing.T) {
 }
 
 // A read-only publication keeps what the staging mount forbids: an admin's
-// mountOptions nosuid, nodev and noexec hold in the pod whether or not it
+// mountOptions nosuid, nodev, noexec and nosymfollow hold in the pod whether or not it
 // asked for the volume readOnly, also when the kubelet's retry finishes a
 // publication a killed driver left writable. The read-only remount sets
 // every per-mount flag anew; before, it passed MS_RDONLY alone and the pod
@@ -140,10 +140,10 @@ func TestReadOnlyPublishRetryAfterCrashMidPublish(t *testing.T) {
 func TestReadOnlyPublishKeepsTheStagingMountsRestrictions(t *testing.T) {
 	e := newEnv(t, []testDisk{{name: "xfs", fsType: "xfs", size: 2 * gi}}, nil)
 	cap := mountCap()
-	cap.GetMount().MountFlags = []string{"nosuid", "nodev", "noexec", "noatime"}
+	cap.GetMount().MountFlags = []string{"nosuid", "nodev", "noexec", "nosymfollow", "noatime"}
 	id := e.createWith(t, "pvc-restricted", 300*mi, cap).VolumeId
 	staging := e.stage(t, id, cap)
-	want := []string{"nosuid", "nodev", "noexec", "noatime"}
+	want := []string{"nosuid", "nodev", "noexec", "nosymfollow", "noatime"}
 	if opts := mountOptionsAt(t, staging); !containsAll(opts, want) {
 		t.Fatalf("staged with %v, want %v", opts, want)
 	}
