@@ -84,6 +84,10 @@ const (
 	PVCNameKey      = "csi.storage.k8s.io/pvc/name"
 	PVCNamespaceKey = "csi.storage.k8s.io/pvc/namespace"
 	PVNameKey       = "csi.storage.k8s.io/pv/name"
+	// SnapshotContentNameKey is the CreateSnapshot parameter
+	// csi-snapshotter adds with --extra-create-metadata: the name of the
+	// VolumeSnapshotContent, snapcontent-<VolumeSnapshot UID>.
+	SnapshotContentNameKey = "csi.storage.k8s.io/volumesnapshotcontent/name"
 
 	// FSTypeKey is the StorageClass parameter for the filesystem type.
 	FSTypeKey = "csi.storage.k8s.io/fstype"

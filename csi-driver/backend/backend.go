@@ -173,7 +173,22 @@ type Snapshot struct {
 	State State `json:"state"`
 	// CreatedAt is when the snapshot was taken.
 	CreatedAt time.Time `json:"createdAt"`
+	// For is the VolumeSnapshotContent the snapshot was made for, when
+	// the request named it: csi-snapshotter may give two VolumeSnapshots
+	// one snapshot name (--snapshot-name-uuid-length), never one content
+	// name.
+	For string `json:"for,omitempty"`
 	Refs
+}
+
+// SnapshotRequest asks for a new snapshot.
+type SnapshotRequest struct {
+	Key  string
+	Name string
+	// SourceKey is the key of the volume to copy.
+	SourceKey string
+	// For is the VolumeSnapshotContent it is made for; see Snapshot.For.
+	For string
 }
 
 // CreateRequest asks for a new volume.
@@ -279,8 +294,8 @@ type Backend interface {
 	Blank(ctx context.Context, key string) (bool, error)
 	// SupportsSnapshots reports whether snapshots and clones work here.
 	SupportsSnapshots() bool
-	// CreateSnapshot copies the volume sourceKey into a new snapshot.
-	CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error)
+	// CreateSnapshot copies the volume req.SourceKey into a new snapshot.
+	CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Snapshot, error)
 	// DeleteSnapshot removes a snapshot; a missing one is not an error.
 	DeleteSnapshot(ctx context.Context, key string) error
 	// GetSnapshot returns a ready snapshot or ErrNotFound.

@@ -25,7 +25,7 @@ func TestCopiesOfAVolumeBeingExpandedKeepTheirData(t *testing.T) {
 	ctx := context.Background()
 	f, p := sourceBeingExpanded(t)
 
-	snap, err := f.CreateSnapshot(ctx, "s", "s", "v")
+	snap, err := f.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "v"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,12 +72,12 @@ func TestCreateNeverReplacesWhatIsReady(t *testing.T) {
 	}
 	before, after := bytes.Repeat([]byte("before!!"), 512), bytes.Repeat([]byte("after!!!"), 512)
 	writeAt(t, f.volumeFile("v"), 0, before)
-	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); err != nil {
+	if _, err := f.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "v"}); err != nil {
 		t.Fatal(err)
 	}
 	writeAt(t, f.volumeFile("v"), 0, after)
 
-	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); !errors.Is(err, ErrExists) {
+	if _, err := f.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "v"}); !errors.Is(err, ErrExists) {
 		t.Errorf("CreateSnapshot of a snapshot that exists: %v, want ErrExists", err)
 	}
 	if got := readAt(t, f.snapshotFile("s"), 0, len(before)); !bytes.Equal(got, before) {
@@ -94,10 +94,10 @@ func TestCreateNeverReplacesWhatIsReady(t *testing.T) {
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 8 * mi}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.CreateSnapshot(ctx, "s", "s", "v"); err != nil {
+	if _, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "v"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.CreateSnapshot(ctx, "s", "s", "v"); !errors.Is(err, ErrExists) {
+	if _, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "v"}); !errors.Is(err, ErrExists) {
 		t.Errorf("LVM: CreateSnapshot of a snapshot that exists: %v, want ErrExists", err)
 	}
 	if _, err := l.CreateVolume(ctx, CreateRequest{Key: "v", Name: "v", SizeBytes: 8 * mi}); !errors.Is(err, ErrExists) {
@@ -169,7 +169,7 @@ func TestCloneOfAGrownSourceIsFullyAllocated(t *testing.T) {
 func TestStartNeverCutsASnapshot(t *testing.T) {
 	ctx := context.Background()
 	f, p := sourceBeingExpanded(t)
-	snap, err := f.CreateSnapshot(ctx, "s", "s", "v")
+	snap, err := f.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "v"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -974,7 +974,8 @@ func (f *File) howToCopy(ofVolume bool) (byteCopy bool, err error) {
 }
 
 // CreateSnapshot implements Backend.
-func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error) {
+func (f *File) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Snapshot, error) {
+	key, sourceKey := req.Key, req.SourceKey
 	if _, err := f.howToCopy(true); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
@@ -982,8 +983,8 @@ func (f *File) CreateSnapshot(ctx context.Context, key, name, sourceKey string) 
 	if err != nil {
 		return nil, fmt.Errorf("source volume: %w", err)
 	}
-	snap := &Snapshot{Key: key, Name: name, SourceVolume: sourceKey, SizeBytes: src.SizeBytes, State: StateCreating, CreatedAt: time.Now().UTC(),
-		Refs: Refs{NeverReferenced: true}}
+	snap := &Snapshot{Key: key, Name: req.Name, SourceVolume: sourceKey, SizeBytes: src.SizeBytes, State: StateCreating, CreatedAt: time.Now().UTC(),
+		For: req.For, Refs: Refs{NeverReferenced: true}}
 	meta := filepath.Join(f.snapshots, key+metaSuffix)
 	if err := f.claimBeforeCreating(ctx); err != nil {
 		return nil, err

@@ -116,7 +116,7 @@ func TestVolumeOnBtrfsKeepsItsSpace(t *testing.T) {
 	}
 	// A snapshot or clone would share the volume's extents, whose next
 	// overwrite needs space btrfs cannot be made to keep: refused.
-	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); !errors.Is(err, ErrUnsupported) {
+	if _, err := f.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "v"}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("snapshot of a volume on btrfs: %v, want ErrUnsupported", err)
 	}
 	if _, err := f.CreateVolume(ctx, CreateRequest{Key: "clone", Name: "clone", SizeBytes: 64 * mi, FromVolume: "v"}); !errors.Is(err, ErrUnsupported) {
@@ -183,7 +183,7 @@ func restoreMadeBefore(ctx context.Context, t *testing.T, f *File) {
 	if err := os.WriteFile(f.volumeFile("before"), want, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.CreateSnapshot(ctx, "old", "old", "before"); err != nil {
+	if _, err := f.CreateSnapshot(ctx, SnapshotRequest{Key: "old", Name: "old", SourceKey: "before"}); err != nil {
 		t.Fatal(err)
 	}
 	f.copiesOnWrite.Store(true)

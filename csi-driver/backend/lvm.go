@@ -723,7 +723,8 @@ func (l *LVM) Blank(context.Context, string) (bool, error) { return false, nil }
 func (l *LVM) SupportsSnapshots() bool { return l.dmErr == nil }
 
 // CreateSnapshot implements Backend.
-func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (*Snapshot, error) {
+func (l *LVM) CreateSnapshot(ctx context.Context, req SnapshotRequest) (*Snapshot, error) {
+	key, sourceKey := req.Key, req.SourceKey
 	src, err := l.GetVolume(ctx, sourceKey)
 	if err != nil {
 		return nil, fmt.Errorf("source volume: %w", err)
@@ -738,7 +739,11 @@ func (l *LVM) CreateSnapshot(ctx context.Context, key, name, sourceKey string) (
 	// A thick snapshot takes its whole copy-on-write area from the volume
 	// group when it is made.
 	err = l.space.allocate(ctx, l.Usage, cowSize(src.SizeBytes), func() error {
-		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, name, "", sourceKey, src.SizeBytes, true, src.Content)...)
+		var tags []string
+		if req.For != "" {
+			tags = append(tags, tagFor+req.For)
+		}
+		_, err := l.run.Run(ctx, "lvcreate", l.createArgs(lvName, req.Name, "", sourceKey, src.SizeBytes, true, src.Content, tags...)...)
 		return noSpace(err)
 	})
 	if err != nil {

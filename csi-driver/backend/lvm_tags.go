@@ -50,8 +50,12 @@ const (
 	// source gets it.
 	tagSourceSnapshot = tagPrefix + "source-snapshot="
 	tagSourceVolume   = tagPrefix + "source-volume="
-	volumePrefix      = "v-"
-	snapPrefix        = "s-"
+	// tagFor holds the VolumeSnapshotContent a snapshot was made for
+	// (Snapshot.For): a DNS subdomain name, characters lvm2 takes as they
+	// are.
+	tagFor       = tagPrefix + "for="
+	volumePrefix = "v-"
+	snapPrefix   = "s-"
 	// wipePrefix names an LV that is deleted and waits to be wiped
 	// (lvm_wipe.go); it keeps its tags.
 	wipePrefix = "w-"
@@ -79,6 +83,8 @@ type lv struct {
 	open bool
 	// sourceSnapshot and sourceVolume are a copy's source (tagSourceSnapshot).
 	sourceSnapshot, sourceVolume string
+	// madeFor is a snapshot's tagFor.
+	madeFor string
 }
 
 // decodeLVs keeps diskfit's LVs of an lvs report (those with a name tag),
@@ -130,6 +136,8 @@ func decodeLV(raw lvm.LV) (_ lv, ok bool, _ error) {
 			v.sourceSnapshot = strings.TrimPrefix(tag, tagSourceSnapshot)
 		case strings.HasPrefix(tag, tagSourceVolume):
 			v.sourceVolume = strings.TrimPrefix(tag, tagSourceVolume)
+		case strings.HasPrefix(tag, tagFor):
+			v.madeFor = strings.TrimPrefix(tag, tagFor)
 		case tag == tagSnapshot:
 			v.snapshot = true
 		case strings.HasPrefix(tag, tagSize):
@@ -205,5 +213,5 @@ func (l *LVM) volume(v *lv, key string) *Volume {
 }
 
 func snapshot(v *lv, key string) *Snapshot {
-	return &Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, Refs: v.refs}
+	return &Snapshot{Key: key, Name: v.csiName, SourceVolume: v.source, SizeBytes: v.size, State: v.state, CreatedAt: v.createdAt, For: v.madeFor, Refs: v.refs}
 }

@@ -73,19 +73,20 @@ func TestLVMLifecycle(t *testing.T) {
 	if got, _ := l.GetVolume(ctx, "k1"); got.SizeBytes != 20*mi {
 		t.Errorf("size after expansion %d", got.SizeBytes)
 	}
-	if _, err := l.CreateSnapshot(ctx, "s1", "snap", "k1"); err != nil {
+	if _, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "s1", Name: "snap", SourceKey: "k1", For: "snapcontent-1"}); err != nil {
 		t.Fatal(err)
 	}
 	// The copy-on-write area holds the 20 MiB and dm-snapshot's metadata:
 	// 6 extents; the snapshot's size is its source's.
 	if !contains(run.Calls, "lvcreate --yes --name s-s1 --size 25165824b --addtag diskfit.name="+base64.RawURLEncoding.EncodeToString([]byte("snap"))+
-		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.content=none --addtag diskfit.source=k1 --addtag diskfit.snapshot"+
+		" --addtag diskfit.state=creating --addtag diskfit.never-referenced --addtag diskfit.content=none --addtag diskfit.source=k1"+
+		" --addtag diskfit.for=snapcontent-1 --addtag diskfit.snapshot"+
 		" --addtag diskfit.size=20971520 --chunksize 4k --snapshot vg0/v-k1") {
 		t.Errorf("snapshot command missing: %q", run.Calls)
 	}
 	vols, _ := l.ListVolumes(ctx)
 	snaps, _ := l.ListSnapshots(ctx)
-	if len(vols) != 1 || len(snaps) != 1 || snaps[0].SourceVolume != "k1" || snaps[0].SizeBytes != 20*mi {
+	if len(vols) != 1 || len(snaps) != 1 || snaps[0].SourceVolume != "k1" || snaps[0].SizeBytes != 20*mi || snaps[0].For != "snapcontent-1" {
 		t.Errorf("volumes %+v snapshots %+v", vols, snaps)
 	}
 	dev, err := l.Attach(ctx, "k1", false)
@@ -267,7 +268,7 @@ func TestLVMReal(t *testing.T) {
 	if _, err := l.ExpandVolume(ctx, "k1", 128*mi); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.CreateSnapshot(ctx, "s1", "s1", "k1"); err != nil {
+	if _, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "s1", Name: "s1", SourceKey: "k1"}); err != nil {
 		t.Fatal(err)
 	}
 	if v, err := l.CreateVolume(ctx, CreateRequest{Key: "k2", Name: "k2", SizeBytes: 128 * mi, FromSnapshot: "s1"}); err != nil {
@@ -367,7 +368,7 @@ func TestLVMContent(t *testing.T) {
 	// it), and a copy of a Block volume is never formatted either. A
 	// snapshot records what its origin held when it was taken, for its
 	// restores.
-	if _, err := l.CreateSnapshot(ctx, "s-blank", "s-blank", "k"); err != nil {
+	if _, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "s-blank", Name: "s-blank", SourceKey: "k"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, held := range []Content{ContentNone, ContentFilesystem, ContentBlock} {
@@ -378,7 +379,7 @@ func TestLVMContent(t *testing.T) {
 		if _, err := l.CreateVolume(ctx, CreateRequest{Key: clone, Name: clone, SizeBytes: 4 * mi, FromVolume: "k"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.CreateSnapshot(ctx, snap, snap, "k"); err != nil {
+		if _, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: snap, Name: snap, SourceKey: "k"}); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.SetVolumeContent(ctx, "k", ContentFilesystem); err != nil {
@@ -439,7 +440,7 @@ func TestLVMCopySource(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.CreateSnapshot(ctx, "s", "s", long); err != nil {
+	if _, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: long}); err != nil {
 		t.Fatal(err)
 	}
 	run.Create("v-older", 4*mi, tagName+"b2xkZXI", tagState+"ready", tagContent+"filesystem")
@@ -508,7 +509,7 @@ func TestLVMSnapshotSurvivesARewriteOfItsOrigin(t *testing.T) {
 		if err := vg.WriteLV("v-origin", 0, then); err != nil {
 			t.Fatal(err)
 		}
-		snap, err := l.CreateSnapshot(ctx, "s", "s", "origin")
+		snap, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "origin"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -677,7 +678,7 @@ func TestLVMCreationKilledLeavesNothing(t *testing.T) {
 			return err
 		}},
 		{"s-snap", func() error {
-			_, err := l.CreateSnapshot(ctx, "snap", "snap", "src")
+			_, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "snap", Name: "snap", SourceKey: "src"})
 			return err
 		}},
 	} {

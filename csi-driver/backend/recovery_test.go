@@ -25,7 +25,7 @@ func TestFileRecovery(t *testing.T) {
 	if blank, err := f.Blank(ctx, "keep"); err != nil || !blank {
 		t.Errorf("fresh volume on ext4 blank = %v, %v", blank, err)
 	}
-	if _, err := f.CreateSnapshot(ctx, "s", "s", "keep"); !errors.Is(err, ErrUnsupported) {
+	if _, err := f.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "keep"}); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("snapshot on ext4: %v, want ErrUnsupported", err)
 	}
 	dir := filepath.Join(p, stateDirName, volumesDirName)

@@ -189,7 +189,7 @@ func readAt(t *testing.T, path string, off int64, n int) []byte {
 func TestFullDiskAtStartKeepsSnapshotsAndTheirSpace(t *testing.T) {
 	ctx := context.Background()
 	f, p := writtenVolume(t)
-	if _, err := f.CreateSnapshot(ctx, "s", "s", "v"); err != nil {
+	if _, err := f.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "v"}); err != nil {
 		t.Fatal(err)
 	}
 	fill := fillDisk(t, p)

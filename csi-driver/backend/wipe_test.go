@@ -183,7 +183,7 @@ func TestLVMDeletedSnapshotIsWiped(t *testing.T) {
 	l, vg := newWipeLVM(t, 3)
 	createVolume(t, l, "origin", ext)
 	fill(t, vg, "v-origin")
-	if _, err := l.CreateSnapshot(ctx, "s", "s", "origin"); err != nil {
+	if _, err := l.CreateSnapshot(ctx, SnapshotRequest{Key: "s", Name: "s", SourceKey: "origin"}); err != nil {
 		t.Fatal(err)
 	}
 	was := vg.Extents("s-s")

@@ -10,8 +10,10 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/config"
 	"github.com/diskfit/diskfit/csi-driver/internal/testdisk"
@@ -483,6 +485,28 @@ func TestSnapshotsAndClones(t *testing.T) {
 	again, err := e.d.CreateSnapshot(e.ctx, &csi.CreateSnapshotRequest{Name: "snap-1", SourceVolumeId: vol.VolumeId})
 	if err != nil || again.Snapshot.SnapshotId != snap.Snapshot.SnapshotId {
 		t.Errorf("repeated CreateSnapshot: %v, %v", again, err)
+	}
+	// csi-snapshotter's --snapshot-name-uuid-length cuts the
+	// VolumeSnapshot's UID in the name: a later VolumeSnapshot of the same
+	// volume can ask for the name of an earlier one, and must not get the
+	// earlier point in time. Its VolumeSnapshotContent (named after the
+	// whole UID) tells them apart.
+	forContent := func(content string) *csi.CreateSnapshotRequest {
+		return &csi.CreateSnapshotRequest{Name: "snapshot-0b5c3f2e", SourceVolumeId: vol.VolumeId,
+			Parameters: map[string]string{diskfit.SnapshotContentNameKey: content}}
+	}
+	day1, err := e.d.CreateSnapshot(e.ctx, forContent("snapcontent-0b5c3f2e-1111"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if later, err := e.d.CreateSnapshot(e.ctx, forContent("snapcontent-0b5c3f2e-2222")); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("CreateSnapshot of an earlier snapshot's name for another VolumeSnapshotContent: %v, %v; want AlreadyExists", later, err)
+	}
+	if retry, err := e.d.CreateSnapshot(e.ctx, forContent("snapcontent-0b5c3f2e-1111")); err != nil || retry.Snapshot.SnapshotId != day1.Snapshot.SnapshotId {
+		t.Errorf("retried CreateSnapshot for its own content: %v, %v", retry, err)
+	}
+	if _, err := e.d.DeleteSnapshot(e.ctx, &csi.DeleteSnapshotRequest{SnapshotId: day1.Snapshot.SnapshotId}); err != nil {
+		t.Fatal(err)
 	}
 	e.teardownNode(t, vol.VolumeId, staging)
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 
+	"github.com/diskfit/diskfit/apis/diskfit"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 )
 
@@ -58,6 +59,12 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		if other != dk || snap.SourceVolume != srcKey || snap.Name != req.GetName() {
 			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for another source volume", req.GetName())
 		}
+		// One name, two VolumeSnapshots of the volume: csi-snapshotter's
+		// --snapshot-name-uuid-length cuts the VolumeSnapshot's UID in the
+		// name. The later one must not get the earlier point in time.
+		if content := req.GetParameters()[diskfit.SnapshotContentNameKey]; snap.For != "" && content != "" && snap.For != content {
+			return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for VolumeSnapshotContent %s, not %s", req.GetName(), snap.For, content)
+		}
 		// The snapshotter asks again because it has not recorded the
 		// snapshot's handle yet and will.
 		if err := d.referenceComing(ctx, d.snapshotRefs(), dk, key, snap.Refs); err != nil {
@@ -76,7 +83,8 @@ func (d *Driver) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		return nil, err
 	}
 	defer release()
-	snap, err := dk.backend.CreateSnapshot(ctx, key, req.GetName(), srcKey)
+	snap, err := dk.backend.CreateSnapshot(ctx, backend.SnapshotRequest{Key: key, Name: req.GetName(), SourceKey: srcKey,
+		For: req.GetParameters()[diskfit.SnapshotContentNameKey]})
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("creating snapshot %q: %w", req.GetName(), err))
 	}
