@@ -113,6 +113,7 @@ func run(ctx context.Context, o options) error {
 		PVCs:              kube.PVCGetter{Client: kc},
 		Status:            diskNode,
 		Spec:              diskNode,
+		Space:             kube.DiskSpace{Kube: kc, DiskFit: dc},
 		OrphanGracePeriod: o.orphanGrace,
 		Faults:            faults,
 		Source:            src,

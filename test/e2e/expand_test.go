@@ -69,22 +69,31 @@ func TestExpandGrowsTheFilesystem(t *testing.T) {
 	}
 }
 
-// Growing a volume beyond what its disk holds fails with ResourceExhausted
-// and leaves the volume and its pod as they were.
+// Growing a volume beyond what its disk holds is refused before anything
+// records the new size: ControllerExpandVolume answers OutOfRange naming
+// the disk's free space, external-resizer marks the claim's resize
+// infeasible (the user may lower the request again), and the PV keeps its
+// size, which is what the DiskFit scheduler books on the disk. Before, the
+// resizer wrote the request into the PV at once and the node's
+// NodeExpandVolume refused it: the PV said 64Gi for as long as the claim
+// asked, and every other claim was kept off a disk that was nearly empty.
+// The volume and its pod stay as they were.
 func TestExpandBeyondTheDiskFailsCleanly(t *testing.T) {
 	ns := newNamespace(t)
 	pvc, pod := runningPodWithClaim(t, ns, "big", 512*mi)
 
 	expandTo(t, ns, "big", 64*gi)
-	// The kubelet reports the failed NodeExpandVolume on the claim.
 	var reason string
 	err := wait.PollUntilContextTimeout(ctxFor(t, 3*time.Minute), time.Second, 150*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "big", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
+		if got.Status.AllocatedResourceStatuses[v1.ResourceStorage] != v1.PersistentVolumeClaimControllerResizeInfeasible {
+			return false, nil
+		}
 		for _, c := range got.Status.Conditions {
-			if c.Type == v1.PersistentVolumeClaimNodeResizeError && strings.Contains(c.Message, "ResourceExhausted") {
+			if c.Type == v1.PersistentVolumeClaimControllerResizeError && strings.Contains(c.Message, "OutOfRange") {
 				reason = c.Message
 				return true, nil
 			}
@@ -92,9 +101,19 @@ func TestExpandBeyondTheDiskFailsCleanly(t *testing.T) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("no NodeResizeError with ResourceExhausted on the claim: %v; events:\n%s", err, events(t, ns, "big"))
+		t.Fatalf("the claim's resize not refused as infeasible (OutOfRange): %v; events:\n%s", err, events(t, ns, "big"))
 	}
 	t.Logf("expansion refused: %s", reason)
+	if !strings.Contains(reason, "free") {
+		t.Errorf("the refusal does not say how much the disk has free: %s", reason)
+	}
+	pv, err := kube.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := pv.Spec.Capacity.Storage().Value(); c != 512*mi {
+		t.Errorf("PV capacity %d after the refused expansion, want %d: the scheduler books it on the disk", c, 512*mi)
+	}
 	got, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "big", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
