@@ -302,12 +302,9 @@ func (d *Driver) topology() *csi.Topology {
 // and none succeeds later, once the other PV is gone (an admin giving the
 // volume to yet another claim deletes it first).
 func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
-	dk, key, err := d.volumeOf(req.GetVolumeId())
-	if status.Code(err) == codes.NotFound {
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
+	dk, key, err := d.toDelete("volume", "PV's reclaim policy", req.GetVolumeId())
+	if dk == nil {
+		return &csi.DeleteVolumeResponse{}, err
 	}
 	unlock, err := d.locks.lock(ctx, "volume/"+key)
 	if err != nil {

@@ -184,7 +184,9 @@ func TestVolumeIDValidation(t *testing.T) {
 		{name: "NUL", id: "only:a\x00", wantGet: codes.InvalidArgument, wantDelete: codes.InvalidArgument},
 		{name: "over-long", id: "only:" + strings.Repeat("a", 300), wantGet: codes.InvalidArgument, wantDelete: codes.InvalidArgument},
 		{name: "not ours", id: "fake-vol-id", wantGet: codes.NotFound, wantDelete: codes.OK},
-		{name: "unknown disk", id: "other:pvc-1", wantGet: codes.NotFound, wantDelete: codes.OK},
+		// A disk taken out of the node config may still hold the volume:
+		// an OK would have the PV deleted and the data left untracked.
+		{name: "unknown disk", id: "other:pvc-1", wantGet: codes.NotFound, wantDelete: codes.FailedPrecondition},
 		{name: "unknown volume", id: "only:pvc-1", wantGet: codes.NotFound, wantDelete: codes.OK},
 	}
 	for _, tt := range tests {
@@ -192,6 +194,9 @@ func TestVolumeIDValidation(t *testing.T) {
 			_, err := e.d.ControllerGetVolume(e.ctx, &csi.ControllerGetVolumeRequest{VolumeId: tt.id})
 			wantCode(t, err, tt.wantGet)
 			_, err = e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: tt.id})
+			wantCode(t, err, tt.wantDelete)
+			// A snapshot ID of the same form is judged alike.
+			_, err = e.d.DeleteSnapshot(e.ctx, &csi.DeleteSnapshotRequest{SnapshotId: tt.id})
 			wantCode(t, err, tt.wantDelete)
 			_, err = e.d.NodeExpandVolume(e.ctx, &csi.NodeExpandVolumeRequest{VolumeId: tt.id, VolumePath: e.kubelet + "/t", CapacityRange: &csi.CapacityRange{RequiredBytes: gi}})
 			wantCode(t, err, tt.wantGet)

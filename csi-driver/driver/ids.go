@@ -84,6 +84,33 @@ func (d *Driver) diskOf(id string) (*disk, string, error) {
 	return dk, key, nil
 }
 
+// toDelete resolves the ID of a volume or snapshot to delete to its disk
+// and key. A nil disk with a nil error means there is nothing to delete:
+// an ID this driver cannot have issued (the spec wants OK). An ID of a
+// disk the node config does not name is FailedPrecondition, not "gone":
+// a disk taken out of the config (to be put back, renamed) still holds
+// its data, and an OK would have the PV or content deleted and the data
+// left with nothing tracking it. The message says what to do if the disk
+// is gone for good: policy names the field that keeps the data.
+func (d *Driver) toDelete(kind, policy, id string) (*disk, string, error) {
+	diskName, key, err := parseID(kind, id)
+	if status.Code(err) == codes.NotFound {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	dk, err := d.availableDisk(diskName, kind, id)
+	if status.Code(err) == codes.NotFound {
+		return nil, "", status.Errorf(codes.FailedPrecondition, "%s %q is on disk %s, which the node config of %s does not name: nothing is deleted; "+
+			"put the disk back in the config, or if it is gone for good, set the %s to Retain and delete it by hand", kind, id, diskName, d.cfg.NodeID, policy)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return dk, key, nil
+}
+
 // availableDisk returns the named disk for a volume or snapshot ID on it:
 // NotFound when no such disk is configured (no such ID can exist), and
 // Unavailable when it is configured but its backend has not started. A

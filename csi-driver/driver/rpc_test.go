@@ -34,10 +34,14 @@ func TestRPCArgumentErrors(t *testing.T) {
 			_, err := d.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "xfs:\x00", VolumeCapabilities: []*csi.VolumeCapability{mountCap()}})
 			return err
 		}, codes.InvalidArgument},
-		{"ControllerExpandVolume, which only the node does", func() error {
-			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi}})
+		{"ControllerExpandVolume without a size", func() error {
+			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId})
 			return err
-		}, codes.Unimplemented},
+		}, codes.InvalidArgument},
+		{"ControllerExpandVolume of an unknown volume", func() error {
+			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "xfs:nope", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi}})
+			return err
+		}, codes.NotFound},
 		{"CreateSnapshot without a name", func() error {
 			_, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{SourceVolumeId: vol.VolumeId})
 			return err

@@ -125,19 +125,9 @@ func (d *Driver) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 
 // DeleteSnapshot implements csi.ControllerServer; a missing snapshot is fine.
 func (d *Driver) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
-	diskName, key, err := parseID("snapshot", req.GetSnapshotId())
-	if status.Code(err) == codes.NotFound {
-		return &csi.DeleteSnapshotResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	dk, err := d.availableDisk(diskName, "snapshot", req.GetSnapshotId())
-	if status.Code(err) == codes.NotFound {
-		return &csi.DeleteSnapshotResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
+	dk, key, err := d.toDelete("snapshot", "VolumeSnapshotContent's deletionPolicy", req.GetSnapshotId())
+	if dk == nil {
+		return &csi.DeleteSnapshotResponse{}, err
 	}
 	unlock, err := d.locks.lock(ctx, "snapshot/"+key)
 	if err != nil {
