@@ -113,7 +113,6 @@ func run(ctx context.Context, o options) error {
 		PVCs:              kube.PVCGetter{Client: kc},
 		Status:            diskNode,
 		Spec:              diskNode,
-		Space:             kube.DiskSpace{Kube: kc, DiskFit: dc},
 		OrphanGracePeriod: o.orphanGrace,
 		Faults:            faults,
 		Source:            src,

@@ -41,23 +41,21 @@ func TestVolumeSize(t *testing.T) {
 	}
 }
 
-// TestExpansionGrowsOnTheNode checks what external-resizer and the kubelet
-// read: online expansion is supported, the controller advertises
-// EXPAND_VOLUME (external-resizer then asks ControllerExpandVolume whether
-// the disk has room before it records the size in the PV; see
-// TestControllerExpandVolumeChecksTheDisksRoom), and the node service
-// grows the volume.
-func TestExpansionGrowsOnTheNode(t *testing.T) {
+// TestExpansionIsNodeOnly checks what external-resizer and the kubelet
+// read: online expansion is supported and done by the node service, and
+// the controller neither advertises nor serves it, so the resizer never
+// sends ControllerExpandVolume to a node that does not have the volume.
+func TestExpansionIsNodeOnly(t *testing.T) {
 	d := &Driver{}
 	ctx := context.Background()
 	ccaps, err := d.ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(ccaps.GetCapabilities(), func(c *csi.ControllerServiceCapability) bool {
-		return c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_EXPAND_VOLUME
-	}) {
-		t.Error("ControllerGetCapabilities does not list EXPAND_VOLUME")
+	for _, c := range ccaps.GetCapabilities() {
+		if c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_EXPAND_VOLUME {
+			t.Error("ControllerGetCapabilities lists EXPAND_VOLUME")
+		}
 	}
 	ncaps, err := d.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{})
 	if err != nil {
@@ -76,5 +74,9 @@ func TestExpansionGrowsOnTheNode(t *testing.T) {
 		return c.GetVolumeExpansion().GetType() == csi.PluginCapability_VolumeExpansion_ONLINE
 	}) {
 		t.Error("GetPluginCapabilities does not offer online volume expansion")
+	}
+	_, err = d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "disk:pvc-1", CapacityRange: &csi.CapacityRange{RequiredBytes: gi}})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("ControllerExpandVolume: %v, want Unimplemented", err)
 	}
 }

@@ -28,10 +28,11 @@ var _ csi.ControllerServer = &Driver{}
 // ControllerGetCapabilities implements csi.ControllerServer. Snapshots and
 // clones are advertised only when at least one disk can do them.
 //
-// EXPAND_VOLUME is there for ControllerExpandVolume's check, which grows
-// nothing: a cluster runs one external-resizer, connected to one node's
-// driver, which could not grow a volume on another node. NodeExpandVolume
-// grows it on the volume's node.
+// EXPAND_VOLUME is deliberately absent, and ControllerExpandVolume is left
+// to the embedded UnimplementedControllerServer: a cluster runs one
+// external-resizer, connected to one node's driver, which could not grow a
+// volume on another node. Without the capability the resizer only updates
+// the PV and leaves the growing to NodeExpandVolume on the volume's node.
 func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
 	caps := []*csi.ControllerServiceCapability{
 		controllerCap(csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME),
@@ -41,7 +42,6 @@ func (d *Driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCa
 		controllerCap(csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH),
 		controllerCap(csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH),
 		controllerCap(csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER),
-		controllerCap(csi.ControllerServiceCapability_RPC_EXPAND_VOLUME),
 	}
 	if d.snapshotsSupported() {
 		caps = append(caps,
@@ -320,67 +320,6 @@ func (d *Driver) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	klog.FromContext(ctx).Info("Deleted volume", "volume", req.GetVolumeId())
 	d.triggerStatus()
 	return &csi.DeleteVolumeResponse{}, nil
-}
-
-// ControllerExpandVolume implements csi.ControllerServer. It grows nothing
-// (NodeExpandVolume does, on the volume's node) but answers, before
-// external-resizer records the new size in the PV, whether the volume's
-// disk can take it: the DiskFit scheduler books every PV's capacity on its
-// disk, so a size the disk cannot hold, once in the PV, would keep every
-// other claim off a disk that may be nearly empty for as long as the claim
-// asks for it. Room is counted as the scheduler counts it: the disk's free
-// space as its node last reported it, and its capacity less what the PVs
-// on it take (space.go in package kube reads both). A size the disk has no
-// room for is OutOfRange, which the resizer takes as infeasible: the claim
-// says so, and its owner may lower the request again. Two expansions on
-// one disk checked at once may both pass; the node's NodeExpandVolume
-// then refuses the second (ResourceExhausted). Without an API server
-// (csi-sanity) it checks only that the volume is one of this node's.
-func (d *Driver) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
-	id := req.GetVolumeId()
-	if _, _, err := parseID("volume", id); err != nil {
-		return nil, err
-	}
-	if req.GetCapacityRange().GetRequiredBytes() <= 0 {
-		return nil, status.Error(codes.InvalidArgument, "capacity range is missing: no size to grow to")
-	}
-	size, err := expandSize(req.GetCapacityRange())
-	if err != nil {
-		return nil, err
-	}
-	if d.cfg.Space == nil {
-		dk, key, err := d.volumeOf(id)
-		if err != nil {
-			return nil, err
-		}
-		vol, err := dk.backend.GetVolume(ctx, key)
-		if err != nil {
-			return nil, toStatus(fmt.Errorf("volume %q: %w", id, err))
-		}
-		return &csi.ControllerExpandVolumeResponse{CapacityBytes: max(size, vol.SizeBytes), NodeExpansionRequired: true}, nil
-	}
-	pv, ds, booked, err := d.cfg.Space.SpaceFor(ctx, id)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "cannot tell whether the disk of volume %s has room: %v", id, err)
-	}
-	if pv == nil {
-		return nil, status.Errorf(codes.NotFound, "no PV of this driver names volume %s", id)
-	}
-	loc, _ := diskfit.PVLocation(pv)
-	current := pv.Spec.Capacity.Storage().Value()
-	if size <= current {
-		return &csi.ControllerExpandVolumeResponse{CapacityBytes: current, NodeExpansionRequired: true}, nil
-	}
-	if ds == nil || !ds.Healthy {
-		return nil, status.Errorf(codes.Unavailable, "disk %s of volume %s is not reported healthy by node %s", loc.Disk, id, loc.Node)
-	}
-	room := max(min(ds.FreeBytes, ds.CapacityBytes-booked), 0)
-	if growth := size - current; growth > room {
-		return nil, status.Errorf(codes.OutOfRange, "disk %s on node %s has %d bytes free for volumes, volume %s needs %d more to grow from %d to %d bytes",
-			loc.Disk, loc.Node, room, id, growth, current, size)
-	}
-	klog.FromContext(ctx).Info("Expansion fits its disk", "volume", id, "node", loc.Node, "disk", loc.Disk, "from", current, "bytes", size, "room", room)
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: true}, nil
 }
 
 // stillReferred refuses, FailedPrecondition, to delete a volume a PV other

@@ -1,8 +1,6 @@
 package driver
 
 import (
-	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -10,12 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/diskfit/diskfit/apis/diskfit"
-	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/backend"
 	"github.com/diskfit/diskfit/csi-driver/fault"
 )
@@ -283,79 +277,4 @@ func TestGetCapacityAndListVolumes(t *testing.T) {
 	wantCode(t, err, codes.Aborted)
 	_, err = e.d.ListVolumes(e.ctx, &csi.ListVolumesRequest{MaxEntries: -1})
 	wantCode(t, err, codes.InvalidArgument)
-}
-
-// space is a DiskSpace that answers as set.
-type space struct {
-	pv     *corev1.PersistentVolume
-	disk   *v1alpha1.DiskStatus
-	booked int64
-	err    error
-}
-
-func (s space) SpaceFor(context.Context, string) (*corev1.PersistentVolume, *v1alpha1.DiskStatus, int64, error) {
-	return s.pv, s.disk, s.booked, s.err
-}
-
-// ControllerExpandVolume lets a volume grow only by what its disk has room
-// for as the scheduler counts it (its reported free space, and its
-// capacity less what its PVs take), on whatever node the volume is; a size
-// beyond that is OutOfRange, which external-resizer takes as infeasible,
-// before the PV records it.
-func TestControllerExpandVolumeChecksTheDisksRoom(t *testing.T) {
-	e := newEnv(t, twoDisks(), nil)
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-x"}}
-	pv.Spec.Capacity = corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(gi, resource.BinarySI)}
-	pv.Spec.CSI = &corev1.CSIPersistentVolumeSource{Driver: diskfit.DriverName, VolumeHandle: "d0:pvc-x"}
-	pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: diskfit.TopologyKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"node-b"}}},
-	}}}}
-	// 3Gi reported free, but the PVs (this one's 1Gi among them) take 8Gi
-	// of 10Gi: 2Gi of room.
-	healthy := &v1alpha1.DiskStatus{Name: "d0", CapacityBytes: 10 * gi, FreeBytes: 3 * gi, Healthy: true}
-	for _, tt := range []struct {
-		name     string
-		space    space
-		id       string
-		required int64
-		want     codes.Code
-		capacity int64
-	}{
-		{"within the room", space{pv, healthy, 8 * gi, nil}, "d0:pvc-x", 3 * gi, codes.OK, 3 * gi},
-		{"beyond the room", space{pv, healthy, 8 * gi, nil}, "d0:pvc-x", 3*gi + mi, codes.OutOfRange, 0},
-		{"beyond the reported free space", space{pv, healthy, 2 * gi, nil}, "d0:pvc-x", 5 * gi, codes.OutOfRange, 0},
-		{"512Ti", space{pv, healthy, 8 * gi, nil}, "d0:pvc-x", 512 << 40, codes.OutOfRange, 0},
-		{"4Ei, beyond any volume", space{pv, healthy, 8 * gi, nil}, "d0:pvc-x", 4 << 60, codes.OutOfRange, 0},
-		{"no larger than the PV", space{pv, healthy, 8 * gi, nil}, "d0:pvc-x", gi / 2, codes.OK, gi},
-		{"a disk the node does not report", space{pv, nil, 8 * gi, nil}, "d0:pvc-x", 2 * gi, codes.Unavailable, 0},
-		{"an unhealthy disk", space{pv, &v1alpha1.DiskStatus{Name: "d0", CapacityBytes: 10 * gi, FreeBytes: 9 * gi}, gi, nil}, "d0:pvc-x", 2 * gi, codes.Unavailable, 0},
-		{"no PV", space{}, "d0:pvc-x", 2 * gi, codes.NotFound, 0},
-		{"the API cannot tell", space{err: errors.New("connection refused")}, "d0:pvc-x", 2 * gi, codes.Unavailable, 0},
-		{"no size", space{pv, healthy, 8 * gi, nil}, "d0:pvc-x", 0, codes.InvalidArgument, 0},
-		{"no volume ID", space{pv, healthy, 8 * gi, nil}, "", 2 * gi, codes.InvalidArgument, 0},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			e.d.cfg.Space = tt.space
-			resp, err := e.d.ControllerExpandVolume(e.ctx, &csi.ControllerExpandVolumeRequest{VolumeId: tt.id, CapacityRange: &csi.CapacityRange{RequiredBytes: tt.required}})
-			wantCode(t, err, tt.want)
-			if err == nil && (resp.CapacityBytes != tt.capacity || !resp.NodeExpansionRequired) {
-				t.Errorf("answer %v, want %d bytes and node expansion", resp, tt.capacity)
-			}
-			if tt.want == codes.OutOfRange && tt.required <= 1<<50 && !strings.Contains(err.Error(), "disk d0 on node node-b has 2147483648 bytes free") && !strings.Contains(err.Error(), "has 3221225472 bytes free") {
-				t.Errorf("the refusal does not name the disk's room: %v", err)
-			}
-		})
-	}
-	// Without an API server (csi-sanity) only the volume's existence on
-	// this node is checked.
-	e.d.cfg.Space = nil
-	id := e.mustCreate(t, createReq("pvc-local", 300*mi)).VolumeId
-	if resp, err := e.d.ControllerExpandVolume(e.ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: gi}}); err != nil || resp.CapacityBytes != gi {
-		t.Errorf("expanding a volume of this node without an API server: %v, %v", resp, err)
-	}
-	_, err := e.d.ControllerExpandVolume(e.ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "small:pvc-none", CapacityRange: &csi.CapacityRange{RequiredBytes: gi}})
-	wantCode(t, err, codes.NotFound)
-	if _, err := e.d.DeleteVolume(e.ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-		t.Fatal(err)
-	}
 }

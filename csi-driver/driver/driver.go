@@ -50,16 +50,6 @@ type SpecReader interface {
 	Spec(ctx context.Context) (*v1alpha1.DiskNodeSpec, error)
 }
 
-// DiskSpace reads, for ControllerExpandVolume, the space of a volume's
-// disk on whatever node it is.
-type DiskSpace interface {
-	// SpaceFor returns the PV that names the volume (nil when none does),
-	// the disk's status as its node last reported it (nil when it reports
-	// no such disk) and the bytes the PVs on that disk take. It asks the
-	// API server and fails when it cannot tell.
-	SpaceFor(ctx context.Context, volumeID string) (pv *corev1.PersistentVolume, disk *v1alpha1.DiskStatus, booked int64, err error)
-}
-
 // StatusPublisher publishes the node's DiskNode status.
 type StatusPublisher interface {
 	Publish(ctx context.Context, status *v1alpha1.DiskNodeStatus) error
@@ -90,10 +80,6 @@ type Config struct {
 	// nil disables the orphan sweep, which also keeps track of the volumes
 	// without a PV that the DiskNode reports.
 	Orphans OrphanFinder
-	// Space reads the space of a volume's disk on any node, for
-	// ControllerExpandVolume; nil checks only that the volume is on this
-	// node.
-	Space DiskSpace
 	// OrphanGracePeriod is how long a volume or snapshot that never had
 	// its API object must have been without one before it is removed; 0
 	// removes nothing.

@@ -34,14 +34,10 @@ func TestRPCArgumentErrors(t *testing.T) {
 			_, err := d.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: "xfs:\x00", VolumeCapabilities: []*csi.VolumeCapability{mountCap()}})
 			return err
 		}, codes.InvalidArgument},
-		{"ControllerExpandVolume without a size", func() error {
-			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId})
+		{"ControllerExpandVolume, which only the node does", func() error {
+			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: vol.VolumeId, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi}})
 			return err
-		}, codes.InvalidArgument},
-		{"ControllerExpandVolume of an unknown volume", func() error {
-			_, err := d.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "xfs:nope", CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * gi}})
-			return err
-		}, codes.NotFound},
+		}, codes.Unimplemented},
 		{"CreateSnapshot without a name", func() error {
 			_, err := d.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{SourceVolumeId: vol.VolumeId})
 			return err

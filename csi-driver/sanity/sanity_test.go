@@ -33,6 +33,11 @@ import (
 //   - ControllerPublishVolume / ControllerUnpublishVolume and the node
 //     volume attach limit: volumes are node-local, there is nothing to
 //     attach, so PUBLISH_UNPUBLISH_VOLUME is not advertised.
+//   - ControllerExpandVolume: expansion is node-only (EXPAND_VOLUME is
+//     not a controller capability), because one external-resizer serves
+//     the whole cluster and could reach only one node's driver. The
+//     NodeExpandVolume specs run, and the "after node-publish" one grows
+//     the volume from 1 GiB to 2 GiB through NodeExpandVolume alone.
 //   - ControllerModifyVolume: no mutable parameters (MODIFY_VOLUME).
 //   - GroupController (volume group snapshots): not offered.
 //   - SNAPSHOT_ACCESSIBILITY_CONSTRAINTS: not advertised. A restore is

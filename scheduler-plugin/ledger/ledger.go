@@ -6,8 +6,12 @@
 //	           + Σ in-memory reservations not yet visible as such
 //	free(disk) = max(0, min( DiskNode reported free,
 //	                         capacity − Σ PVs on the disk − pending ))
+//	             − the expansions waiting for the node that fit, smallest first
 //
-// This is DESIGN.md's formula. It relies on what the node plugin publishes
+// This is DESIGN.md's formula, with one change: a PV counts at the size its
+// claim's volume has (status.capacity); the rest of its capacity, which
+// external-resizer wrote before the node grew the volume, is booked only
+// while the disk has room for it (diskState.free). It relies on what the node plugin publishes
 // as capacity: free space plus the space of the disk's volumes (see
 // docs/design.md). So capacity − Σ PVs − pending is the free space less the
 // claims the report cannot show yet, even from a report that predates the
@@ -33,9 +37,11 @@
 package ledger
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -55,6 +61,11 @@ import (
 type usage struct {
 	loc   diskfit.Location
 	bytes int64
+	// growth is the part of a PV's capacity beyond the size its claim's
+	// volume has (the claim's status.capacity): an expansion that
+	// external-resizer wrote into the PV and the node has not done yet.
+	// It is booked only while the disk has room for it (diskState.free).
+	growth int64
 }
 
 // source is where a claim's usage is known from, most authoritative first.
@@ -108,6 +119,48 @@ type diskState struct {
 	// reservations, not PVs).
 	used    total
 	pending total
+	// growths are the expansions waiting for the node (usage.growth), by
+	// claim key, smallest first.
+	growths []growth
+}
+
+type growth struct {
+	key   string
+	bytes int64
+}
+
+// setGrowth records (bytes > 0) or forgets the pending expansion of a
+// claim's volume on the disk, keeping growths smallest first.
+func (d *diskState) setGrowth(key string, bytes int64) {
+	d.growths = slices.DeleteFunc(d.growths, func(g growth) bool { return g.key == key })
+	if bytes <= 0 {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(d.growths, growth{key, bytes}, func(a, b growth) int {
+		return cmp.Or(cmp.Compare(a.bytes, b.bytes), cmp.Compare(a.key, b.key))
+	})
+	d.growths = slices.Insert(d.growths, i, growth{key, bytes})
+}
+
+// free is the disk's free space as the ledger counts it: the DiskNode's
+// report, or its capacity less what the ledger counts, whichever is
+// smaller, less the pending expansions that fit in it, smallest first.
+// An expansion the disk has no room for (a typo, a tenant's 8Ei) is the
+// node's to refuse (NodeExpandVolume: ResourceExhausted) and books
+// nothing: booked, it would keep every other claim off a disk that may be
+// nearly empty for as long as its claim asks.
+func (d *diskState) free() int64 {
+	free := max(min(packing.SatSub(d.capacity, d.used.value()), d.reportedFree), 0)
+	for _, g := range d.growths {
+		if g.bytes <= free {
+			free -= g.bytes
+		}
+	}
+	return free
+}
+
+func (d *diskState) holdsUsage() bool {
+	return !d.used.zero() || !d.pending.zero() || len(d.growths) > 0
 }
 
 // total is an exact running sum of byte counts. Claims are added and taken
@@ -186,6 +239,9 @@ type Ledger struct {
 	// exactly the claims that name it.
 	placed  map[string]placedClaim
 	byClass map[string]map[string]struct{}
+	// has holds, by claim key, the size a bound claim's volume has (its
+	// status.capacity), which tells a PV's pending expansion (usage.growth).
+	has map[string]int64
 }
 
 // placedClaim is an unbound PVC annotated with a node and a disk.
@@ -204,6 +260,7 @@ func New() *Ledger {
 		classes:      map[string]struct{}{},
 		placed:       map[string]placedClaim{},
 		byClass:      map[string]map[string]struct{}{},
+		has:          map[string]int64{},
 	}
 }
 
@@ -216,20 +273,25 @@ func (l *Ledger) node(name string) *nodeState {
 	return n
 }
 
-// addUsage changes a disk's totals by delta, creating an unknown disk entry
-// when the DiskNode does not (yet) list the disk, so the usage is not lost
-// when it does.
-func (l *Ledger) addUsage(u usage, src source, delta int64) {
+// addUsage adds a claim's usage to its disk's totals, or with remove set
+// takes it away, creating an unknown disk entry when the DiskNode does not
+// (yet) list the disk, so the usage is not lost when it does.
+func (l *Ledger) addUsage(key string, u usage, src source, remove bool) {
 	n := l.node(u.loc.Node)
 	d := n.disk(u.loc.Disk)
 	if d == nil {
 		n.disks = append(n.disks, diskState{name: u.loc.Disk})
 		d = &n.disks[len(n.disks)-1]
 	}
+	delta, growth := u.bytes, u.growth
+	if remove {
+		delta, growth = -u.bytes, 0
+	}
 	d.used.add(delta)
 	if src != sourcePV {
 		d.pending.add(delta)
 	}
+	d.setGrowth(key, growth)
 }
 
 // settle brings the per-disk totals in line with the entry's effective
@@ -237,11 +299,11 @@ func (l *Ledger) addUsage(u usage, src source, delta int64) {
 func (l *Ledger) settle(key string, e *claimEntry) {
 	eff, src, ok := e.effective()
 	if e.applied && (!ok || eff != e.current || src != e.currentSrc) {
-		l.addUsage(e.current, e.currentSrc, -e.current.bytes)
+		l.addUsage(key, e.current, e.currentSrc, true)
 		e.applied = false
 	}
 	if ok && !e.applied {
-		l.addUsage(eff, src, eff.bytes)
+		l.addUsage(key, eff, src, false)
 		e.current = eff
 		e.currentSrc = src
 		e.applied = true
@@ -319,13 +381,13 @@ func (l *Ledger) SetDiskNode(dn *v1alpha1.DiskNode) {
 		}
 		d.unschedulable, _ = dn.Spec.DiskUnschedulable(ds.Name)
 		if old := n.disk(ds.Name); old != nil {
-			d.used, d.pending = old.used, old.pending
+			d.used, d.pending, d.growths = old.used, old.pending, old.growths
 		}
 		disks = append(disks, d)
 	}
 	// Keep usage of disks the DiskNode no longer lists.
 	for _, old := range n.disks {
-		if (!old.used.zero() || !old.pending.zero()) && dn.Status.Disk(old.name) == nil {
+		if old.holdsUsage() && dn.Status.Disk(old.name) == nil {
 			old.known = false
 			disks = append(disks, old)
 		}
@@ -350,7 +412,7 @@ func (l *Ledger) DeleteDiskNode(name string) {
 	n.resourceVersion = ""
 	kept := n.disks[:0]
 	for _, d := range n.disks {
-		if !d.used.zero() || !d.pending.zero() {
+		if d.holdsUsage() {
 			d.known = false
 			kept = append(kept, d)
 		}
@@ -391,7 +453,33 @@ func (l *Ledger) SetPV(pv *v1.PersistentVolume) {
 		return
 	}
 	l.pvClaim[pv.Name] = key
-	l.setSource(key, sourcePV, usage{loc: loc, bytes: quantityBytes(pv.Spec.Capacity[v1.ResourceStorage])}, true)
+	l.setSource(key, sourcePV, l.pvUsage(key, loc, quantityBytes(pv.Spec.Capacity[v1.ResourceStorage])), true)
+}
+
+// pvUsage is the usage of a PV of capacity bytes at loc, counted for
+// claim key: the part beyond the size the claim's volume has is a growth.
+func (l *Ledger) pvUsage(key string, loc diskfit.Location, capacity int64) usage {
+	if has, ok := l.has[key]; ok && has < capacity {
+		return usage{loc: loc, bytes: has, growth: capacity - has}
+	}
+	return usage{loc: loc, bytes: capacity}
+}
+
+// setHas records (ok) or forgets the size a bound claim's volume has, and
+// splits the claim's PV anew.
+func (l *Ledger) setHas(key string, has int64, ok bool) {
+	if old, had := l.has[key]; had == ok && old == has {
+		return
+	}
+	if ok {
+		l.has[key] = has
+	} else {
+		delete(l.has, key)
+	}
+	if e := l.claims[key]; e != nil && e.has[sourcePV] {
+		u := e.usage[sourcePV]
+		l.setSource(key, sourcePV, l.pvUsage(key, u.loc, packing.SatAdd(u.bytes, u.growth)), true)
+	}
 }
 
 // DeletePV forgets a PV, releasing its space.
@@ -438,10 +526,13 @@ func (l *Ledger) SetPVC(pvc *v1.PersistentVolumeClaim) {
 	class := storagehelpers.GetPersistentVolumeClaimClass(pvc)
 	u := usage{loc: loc, bytes: ClaimSize(pvc)}
 	key := string(pvc.UID)
+	has, bound := pvc.Status.Capacity[v1.ResourceStorage]
+	bound = bound && pvc.Spec.VolumeName != ""
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.setPlaced(key, class, u, ok)
 	l.setSource(key, sourcePVC, u, ok && l.isDiskFitClass(class))
+	l.setHas(key, quantityBytes(has), bound)
 }
 
 // CountedPVCLocation is PVCLocation for a PVC the ledger counts: one whose
@@ -526,6 +617,7 @@ func (l *Ledger) DeletePVC(pvc *v1.PersistentVolumeClaim) {
 	defer l.mu.Unlock()
 	key := string(pvc.UID)
 	l.setPlaced(key, "", usage{}, false)
+	l.setHas(key, 0, false)
 	e := l.claims[key]
 	if e == nil {
 		return
@@ -557,7 +649,7 @@ func appendDisks(n *nodeState, buf []packing.Disk) []packing.Disk {
 		if !d.known {
 			continue
 		}
-		free := max(min(packing.SatSub(d.capacity, d.used.value()), d.reportedFree), 0)
+		free := d.free()
 		buf = append(buf, packing.Disk{
 			Name:          d.name,
 			DeviceClass:   d.deviceClass,

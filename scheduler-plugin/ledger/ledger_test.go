@@ -472,3 +472,63 @@ func TestClaimSizeBeyondInt64(t *testing.T) {
 		})
 	}
 }
+
+// boundPVC is claim uid bound to PV name, with the size its volume has
+// (status.capacity) and the size it asks for.
+func boundPVC(uid types.UID, pvName string, has, asks int64) *v1.PersistentVolumeClaim {
+	c := pvc(uid, asks, "", "")
+	c.Spec.VolumeName = pvName
+	c.Status.Phase = v1.ClaimBound
+	c.Status.Capacity = v1.ResourceList{v1.ResourceStorage: *resource.NewQuantity(has, resource.BinarySI)}
+	return c
+}
+
+// An expansion is in the PV before the node grows the volume
+// (external-resizer writes the request there; the kubelet's
+// NodeExpandVolume grows it and then the claim's status.capacity). The
+// growth is booked only while the disk has room for it: an expansion the
+// disk cannot hold (a typo, or a tenant's 8Ei) would otherwise keep every
+// other claim off a nearly empty disk for as long as the claim asks.
+// Growths that fit are booked, smallest first, in any order of events.
+func TestExpansionBooksOnlyWhatFits(t *testing.T) {
+	const huge = int64(math.MaxInt64)
+	for _, order := range []string{"claims first", "PVs first"} {
+		t.Run(order, func(t *testing.T) {
+			l := newLedger()
+			l.SetDiskNode(diskNode("n1", diskStatus("d0", 10*gi, 7*gi)))
+			objs := []func(){
+				func() { l.SetPVC(boundPVC("a", "pv-a", gi, huge)) },
+				func() { l.SetPVC(boundPVC("b", "pv-b", gi, 3*gi)) },
+				func() { l.SetPVC(boundPVC("c", "pv-c", gi, 6*gi)) },
+			}
+			pvs := []func(){
+				func() { l.SetPV(pv("pv-a", "n1", "d0", huge, "a")) },
+				func() { l.SetPV(pv("pv-b", "n1", "d0", 3*gi, "b")) },
+				func() { l.SetPV(pv("pv-c", "n1", "d0", 6*gi, "c")) },
+			}
+			if order == "PVs first" {
+				objs, pvs = pvs, objs
+			}
+			for _, f := range append(objs, pvs...) {
+				f()
+			}
+			// 3Gi held by the three volumes, 7Gi free: b's 2Gi growth
+			// fits (5Gi left), c's 5Gi then fits too, a's never.
+			if got := freeOf(t, l, "n1", "d0"); got != 0 {
+				t.Errorf("free %d, want 0: the two growths that fit are booked", got)
+			}
+			// c's owner lowers the request back; the resizer writes it
+			// into the PV.
+			l.SetPV(pv("pv-c", "n1", "d0", gi, "c"))
+			if got := freeOf(t, l, "n1", "d0"); got != 5*gi {
+				t.Errorf("free %d, want %d: an 8Ei expansion books nothing", got, 5*gi)
+			}
+			// The node grows b; the kubelet records its new size.
+			l.SetPVC(boundPVC("b", "pv-b", 3*gi, 3*gi))
+			l.SetDiskNode(diskNode("n1", diskStatus("d0", 10*gi, 5*gi)))
+			if got := freeOf(t, l, "n1", "d0"); got != 5*gi {
+				t.Errorf("free %d after b grew, want %d", got, 5*gi)
+			}
+		})
+	}
+}

@@ -188,11 +188,10 @@ func (c *Cluster) createCSIDriver(ctx context.Context) error {
 	return err
 }
 
-// startResizer runs one external-resizer for the cluster, next to the
-// first node's driver, whose ControllerExpandVolume checks the room of the
-// volume's disk on any node; the kubelet calls NodeExpandVolume on the
-// volume's node. In a real cluster it runs leader-elected in every node's
-// pod.
+// startResizer runs one external-resizer for the cluster. Expansion is
+// node-only (the kubelet calls NodeExpandVolume on the volume's node), so the
+// resizer only needs some driver to learn the capabilities from: the first
+// node's. In a real cluster it runs leader-elected in every node's pod.
 func (c *Cluster) startResizer(ctx context.Context) error {
 	if len(c.opts.Nodes) == 0 {
 		return nil

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"math"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,31 +71,35 @@ func TestExpandGrowsTheFilesystem(t *testing.T) {
 	}
 }
 
-// Growing a volume beyond what its disk holds is refused before anything
-// records the new size: ControllerExpandVolume answers OutOfRange naming
-// the disk's free space, external-resizer marks the claim's resize
-// infeasible (the user may lower the request again), and the PV keeps its
-// size, which is what the DiskFit scheduler books on the disk. Before, the
-// resizer wrote the request into the PV at once and the node's
-// NodeExpandVolume refused it: the PV said 64Gi for as long as the claim
-// asked, and every other claim was kept off a disk that was nearly empty.
-// The volume and its pod stay as they were.
+// Growing a volume beyond what its disk holds fails with ResourceExhausted
+// and leaves the volume and its pod as they were; and it books nothing:
+// external-resizer writes the request into the PV at once, and the DiskFit
+// scheduler books PVs on their disks, but only the growth the disk has
+// room for. On the local cluster a pod whose claims need the disk's real
+// free space is placed there after the refusal. Before, the PV's 64Gi kept
+// every other claim off that disk for as long as the claim asked.
 func TestExpandBeyondTheDiskFailsCleanly(t *testing.T) {
 	ns := newNamespace(t)
-	pvc, pod := runningPodWithClaim(t, ns, "big", 512*mi)
+	newPVC(t, ns, "big", newStorageClass(t, ""), 512*mi)
+	pod := podSpec("big", diskfit.SchedulerName, "big")
+	if localDir != "" {
+		// A disk of node-c, whose three disks another pod will need.
+		pod.Spec.NodeSelector = map[string]string{v1.LabelHostname: "node-c"}
+	}
+	createPod(t, ns, pod)
+	pvc := waitPVCsBound(t, ns, []string{"big"}, 2*time.Minute)["big"]
+	pod = waitPodRunning(t, ns, "big", 2*time.Minute)
 
 	expandTo(t, ns, "big", 64*gi)
+	// The kubelet reports the failed NodeExpandVolume on the claim.
 	var reason string
 	err := wait.PollUntilContextTimeout(ctxFor(t, 3*time.Minute), time.Second, 150*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "big", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		if got.Status.AllocatedResourceStatuses[v1.ResourceStorage] != v1.PersistentVolumeClaimControllerResizeInfeasible {
-			return false, nil
-		}
 		for _, c := range got.Status.Conditions {
-			if c.Type == v1.PersistentVolumeClaimControllerResizeError && strings.Contains(c.Message, "OutOfRange") {
+			if c.Type == v1.PersistentVolumeClaimNodeResizeError && strings.Contains(c.Message, "ResourceExhausted") {
 				reason = c.Message
 				return true, nil
 			}
@@ -101,19 +107,9 @@ func TestExpandBeyondTheDiskFailsCleanly(t *testing.T) {
 		return false, nil
 	})
 	if err != nil {
-		t.Fatalf("the claim's resize not refused as infeasible (OutOfRange): %v; events:\n%s", err, events(t, ns, "big"))
+		t.Fatalf("no NodeResizeError with ResourceExhausted on the claim: %v; events:\n%s", err, events(t, ns, "big"))
 	}
 	t.Logf("expansion refused: %s", reason)
-	if !strings.Contains(reason, "free") {
-		t.Errorf("the refusal does not say how much the disk has free: %s", reason)
-	}
-	pv, err := kube.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c := pv.Spec.Capacity.Storage().Value(); c != 512*mi {
-		t.Errorf("PV capacity %d after the refused expansion, want %d: the scheduler books it on the disk", c, 512*mi)
-	}
 	got, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), "big", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -124,10 +120,39 @@ func TestExpandBeyondTheDiskFailsCleanly(t *testing.T) {
 	if running := waitPodRunning(t, ns, "big", time.Minute); running.UID != pod.UID {
 		t.Errorf("pod was replaced")
 	}
-	if localDir != "" {
-		var st syscall.Statfs_t
-		if err := syscall.Statfs(hostVolumePath(pod, pvc.Spec.VolumeName), &st); err != nil {
-			t.Fatalf("volume no longer mounted: %v", err)
-		}
+	if localDir == "" {
+		t.Skip("the expansion was refused; placing a pod on the same disk after it needs the local cluster's node-c")
 	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(hostVolumePath(pod, pvc.Spec.VolumeName), &st); err != nil {
+		t.Fatalf("volume no longer mounted: %v", err)
+	}
+
+	// One claim per disk of node-c, each larger than half of any disk's
+	// free space (no disk takes two) and no larger than the least: the
+	// pod fits only with the disk of big, as it really is.
+	dn, err := diskfitAPI.DiskfitV1alpha1().DiskNodes().Get(ctxFor(t, time.Minute), "node-c", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	least, most := int64(math.MaxInt64), int64(0)
+	for _, d := range dn.Status.Disks {
+		least, most = min(least, d.FreeBytes), max(most, d.FreeBytes)
+	}
+	size := (least - 32*mi) / mi * mi
+	if size*2 <= most || size < 256*mi {
+		t.Skipf("node-c's disks have %d to %d bytes free: no claim size needs every one of them", least, most)
+	}
+	var claims []string
+	class := newStorageClass(t, "")
+	for i := range dn.Status.Disks {
+		name := "after-" + strconv.Itoa(i)
+		newPVC(t, ns, name, class, size)
+		claims = append(claims, name)
+	}
+	after := podSpec("after", diskfit.SchedulerName, claims...)
+	after.Spec.NodeSelector = map[string]string{v1.LabelHostname: "node-c"}
+	createPod(t, ns, after)
+	waitPVCsBound(t, ns, claims, 2*time.Minute)
+	waitPodRunning(t, ns, "after", 2*time.Minute)
 }
