@@ -30,6 +30,11 @@ type NodeConfig struct {
 	Section string `json:"-"`
 	// Notes say which mounts discovery skipped and why.
 	Notes []string `json:"-"`
+	// Skipped are the disks discovery found mounted, with a disk's name,
+	// but did not take (their device class file is not one word), and
+	// why: their data is there, so the volumes on them are not on a
+	// failed disk.
+	Skipped map[string]string `json:"-"`
 	// Discovers is true when the node's disks include those discovery
 	// finds among the mounted filesystems.
 	Discovers bool `json:"-"`

@@ -29,6 +29,13 @@ func TestDiscover(t *testing.T) {
 	nvme0 := tmpfsBelow(t, root, "nvme0")
 	ssd0 := tmpfsBelow(t, root, "ssd0")
 	tmpfsBelow(t, root, "Bad_Name")
+	// A disk's mount whose class file is not one word: skipped, and said
+	// to be skipped, since its volumes' PVs must not read as on a disk
+	// that is not mounted (a failure).
+	unclassed := tmpfsBelow(t, root, "hdd0")
+	if err := os.WriteFile(filepath.Join(unclassed, ".diskfit-device-class"), []byte("nvme ssd\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(ssd0, ".diskfit-device-class"), []byte("ssd\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +81,9 @@ disks:
 	}
 	if !strings.Contains(strings.Join(c.Notes, "\n"), "Bad_Name") {
 		t.Errorf("notes %q do not say why Bad_Name was skipped", c.Notes)
+	}
+	if why := c.Skipped["hdd0"]; !strings.Contains(why, "one word") {
+		t.Errorf("skipped %q, want hdd0 with why (its class file)", c.Skipped)
 	}
 
 	// Without the explicit entry, the discovered ssd0 takes its class from

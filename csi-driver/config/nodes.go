@@ -191,12 +191,12 @@ func (f *File) Resolve(nodeName string, nodeLabels map[string]string) (*NodeConf
 	cfg.Disks = slices.Clone(disks)
 	cfg.Discovers = discover != nil
 	if discover != nil {
-		found, notes, err := discover.find(mountInfoPath, cfg.Disks)
+		found, notes, skipped, err := discover.find(mountInfoPath, cfg.Disks)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Section, err)
 		}
 		cfg.Disks = append(cfg.Disks, found...)
-		cfg.Notes = notes
+		cfg.Notes, cfg.Skipped = notes, skipped
 	}
 	if err := cfg.complete(); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Section, err)
@@ -206,15 +206,16 @@ func (f *File) Resolve(nodeName string, nodeLabels map[string]string) (*NodeConf
 
 // find returns a file disk for every filesystem mounted directly below
 // dc.Path, sorted by name, except those explicit names or paths already
-// have; notes say which mounts were skipped and why.
-func (dc *Discover) find(mountInfo string, explicit []Disk) ([]Disk, []string, error) {
+// have; notes say which mounts were skipped and why, and skipped which
+// disks, by name, were skipped although mounted (see NodeConfig.Skipped).
+func (dc *Discover) find(mountInfo string, explicit []Disk) (disks []Disk, notes []string, skipped map[string]string, err error) {
 	root, err := filepath.EvalSymlinks(dc.Path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("discover: %w", err)
+		return nil, nil, nil, fmt.Errorf("discover: %w", err)
 	}
 	infos, err := mount.ParseMountInfo(mountInfo)
 	if err != nil {
-		return nil, nil, fmt.Errorf("discover: reading mounts: %w", err)
+		return nil, nil, nil, fmt.Errorf("discover: reading mounts: %w", err)
 	}
 	taken := map[string]bool{}
 	for _, d := range explicit {
@@ -223,8 +224,6 @@ func (dc *Discover) find(mountInfo string, explicit []Disk) ([]Disk, []string, e
 			taken[real] = true
 		}
 	}
-	var disks []Disk
-	var notes []string
 	for _, mi := range infos {
 		mp := mi.MountPoint
 		if filepath.Dir(mp) != root || taken[mp] {
@@ -243,12 +242,16 @@ func (dc *Discover) find(mountInfo string, explicit []Disk) ([]Disk, []string, e
 		class, err := dc.classOf(mp)
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("not a disk: %s: %v", mp, err))
+			if skipped == nil {
+				skipped = map[string]string{}
+			}
+			skipped[name] = fmt.Sprintf("mounted at %s but not served: %v", mp, err)
 			continue
 		}
 		disks = append(disks, Disk{Name: name, Backend: v1alpha1.BackendFile, DeviceClass: class, Path: mp, Reserved: dc.Reserved})
 	}
 	slices.SortFunc(disks, func(a, b Disk) int { return strings.Compare(a.Name, b.Name) })
-	return disks, notes, nil
+	return disks, notes, skipped, nil
 }
 
 // classOf reads a discovered disk's device class from DeviceClassFile,

@@ -279,11 +279,14 @@ type Driver struct {
 	// failed before it could be mounted; otherwise it is one the config
 	// does not name (v1alpha1.DiskNotConfigured).
 	discovers atomic.Bool
-	reloads   reloadState
-	locks     *keyLocks
-	mounter   *mount.SafeFormatAndMount
-	exec      utilexec.Interface
-	ready     atomic.Bool
+	// skipped is the node config's Skipped in force: disks discovery found
+	// mounted but did not take, which are no failure.
+	skipped atomic.Pointer[map[string]string]
+	reloads reloadState
+	locks   *keyLocks
+	mounter *mount.SafeFormatAndMount
+	exec    utilexec.Interface
+	ready   atomic.Bool
 	// kick asks the status loop for an early refresh.
 	kick        chan struct{}
 	metrics     metrics.CSIMetricsManager
@@ -359,6 +362,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	d.set.Store(newDiskSet(disks, cfg.NoDisksReason))
 	d.discovers.Store(cfg.Node.Discovers)
+	d.skipped.Store(&cfg.Node.Skipped)
 	d.reloads = reloadState{maxVolumes: cfg.Node.MaxVolumes, notes: cfg.Node.Notes}
 	return d, nil
 }

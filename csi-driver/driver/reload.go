@@ -168,6 +168,7 @@ func (d *Driver) apply(ctx context.Context, next *config.NodeConfig, noDisks err
 	d.reportRefusals(ctx, refused)
 	d.checkMaxVolumes(ctx, next.MaxVolumes)
 	d.discovers.Store(next.Discovers)
+	d.skipped.Store(&next.Skipped)
 	if changed || (cur.noDisks == nil) != (noDisks == nil || len(list) > 0) {
 		d.set.Store(newDiskSet(list, noDisks))
 		logger.Info("Applied node config", "section", next.Section, "disks", len(list))

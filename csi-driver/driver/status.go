@@ -271,7 +271,15 @@ func (d *Driver) unservedDisks(st *v1alpha1.DiskNodeStatus) []v1alpha1.DiskStatu
 			Name: name, Backend: v1alpha1.BackendFile, Healthy: false,
 			Message: fmt.Sprintf("not served: %d PersistentVolumes of this node are on disk %s, but the node config does not name it and discovery found it not mounted", n, name),
 		}
-		if !d.discovers.Load() {
+		var why string
+		if skipped := d.skipped.Load(); skipped != nil {
+			why = (*skipped)[name]
+		}
+		switch {
+		case why != "":
+			ds.Reason = v1alpha1.DiskNotConfigured
+			ds.Message = fmt.Sprintf("not served: %d PersistentVolumes of this node are on disk %s, which discovery found %s; its volumes are unreachable until that is fixed", n, name, why)
+		case !d.discovers.Load():
 			ds.Reason = v1alpha1.DiskNotConfigured
 			ds.Message = fmt.Sprintf("not served: %d PersistentVolumes of this node are on disk %s, but the node config has no such disk; its volumes are unreachable until it names the disk again", n, name)
 		}

@@ -91,4 +91,13 @@ func TestDiskOfPVsNotServedIsListedUnhealthy(t *testing.T) {
 	if d := e.d.Observe(e.ctx).Disk("gone"); d == nil || d.Healthy || d.Reason != "" || !strings.Contains(d.Message, "discovery found it not mounted") {
 		t.Errorf("disk gone under discovery: %+v, want it unhealthy with no reason", d)
 	}
+
+	// A disk discovery found mounted but skipped (its device class file
+	// malformed, an admin's edit) is no failure either: its data is there.
+	// Before, it read as not mounted, and its opted-in claims were
+	// released after the grace time.
+	e.d.skipped.Store(&map[string]string{"gone": "device class file /mnt/disks/gone/.diskfit-device-class must hold one word"})
+	if d := e.d.Observe(e.ctx).Disk("gone"); d == nil || d.Healthy || d.Reason != v1alpha1.DiskNotConfigured || !strings.Contains(d.Message, "one word") {
+		t.Errorf("disk discovery skipped: %+v, want it unhealthy, %s, saying why", d, v1alpha1.DiskNotConfigured)
+	}
 }

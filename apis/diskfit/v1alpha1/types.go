@@ -224,7 +224,9 @@ type DiskReason string
 
 const (
 	// DiskNotConfigured is a disk this node's PersistentVolumes are on
-	// that the node config, which discovers no disks, does not name.
+	// that the node config, which discovers no disks, does not name, or
+	// that discovery found mounted but did not take (its device class
+	// file is not one word).
 	DiskNotConfigured DiskReason = "NotConfigured"
 	// DiskAtAnotherPath is a disk whose state directory the driver found
 	// at another disk's path of this node: its filesystem is mounted
