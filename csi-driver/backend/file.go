@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
 
 	"github.com/diskfit/diskfit/apis/diskfit/v1alpha1"
 	"github.com/diskfit/diskfit/csi-driver/fault"
@@ -295,13 +297,22 @@ func (f *File) lockDisk() error {
 // Close implements Backend: it releases the disk's lock (lockDisk).
 func (f *File) Close() error { return f.lock.release() }
 
-// checkMounted refuses a path that is neither a mount point nor already
-// holds diskfit's state: when a disk failed to mount, its path is an empty
-// directory on the root filesystem, and volumes made there would fill the
-// node's root disk. Creating <path>/diskfit by hand opts a plain directory in.
+// checkMounted refuses a path that is neither a filesystem mounted from its
+// root nor already holds diskfit's state: when a disk failed to mount, its
+// path is an empty directory on the root filesystem, and volumes made there
+// would fill the node's root disk and be hidden once the disk is mounted
+// over them. In the driver's container the path may be a bind mount of the
+// host's directory (a hostPath volume), a mount point whatever the host
+// has there: the mount table's root of the bind tells a directory of the
+// host's root filesystem from the disk's own. Creating <path>/diskfit by
+// hand opts a plain directory in.
 func (f *File) checkMounted() error {
 	if _, err := os.Stat(filepath.Join(f.path, stateDirName)); err == nil {
 		return nil
+	}
+	refuse := func(what string) error {
+		return fmt.Errorf("%s %s and holds no %s directory: is the disk mounted? (create %s to use a plain directory)",
+			f.path, what, stateDirName, filepath.Join(f.path, stateDirName))
 	}
 	var self, parent unix.Stat_t
 	if err := unix.Stat(f.path, &self); err != nil {
@@ -311,8 +322,25 @@ func (f *File) checkMounted() error {
 		return fmt.Errorf("stat %s: %w", filepath.Dir(f.path), err)
 	}
 	if self.Dev == parent.Dev && self.Ino != parent.Ino {
-		return fmt.Errorf("%s is not a mount point and holds no %s directory: is the disk mounted? (create %s to use a plain directory)",
-			f.path, stateDirName, filepath.Join(f.path, stateDirName))
+		return refuse("is not a mount point")
+	}
+	real, err := filepath.EvalSymlinks(f.path)
+	if err != nil {
+		return err
+	}
+	infos, err := mount.ParseMountInfo("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("reading mountinfo: %w", err)
+	}
+	// The last mount at the path is the one in force. A btrfs subvolume
+	// mounted as the disk has the subvolume as its root.
+	for i := len(infos) - 1; i >= 0; i-- {
+		if mi := infos[i]; mi.MountPoint == real {
+			if mi.Root != "/" && !(mi.FsType == "btrfs" && slices.Contains(mi.SuperOptions, "subvol="+mi.Root)) {
+				return refuse(fmt.Sprintf("is a bind mount of directory %s of %s, not a disk's filesystem,", mi.Root, mi.Source))
+			}
+			break
+		}
 	}
 	return nil
 }

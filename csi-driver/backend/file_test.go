@@ -292,3 +292,49 @@ func TestFileRefusesUnmountedPath(t *testing.T) {
 		t.Errorf("start on an opted-in directory: %v", err)
 	}
 }
+
+// In the driver's container a disk's path may itself be a hostPath
+// volume: a bind mount of the host's directory, whose device differs from
+// its parent's (the container's own filesystem) whether or not the host
+// has the disk mounted there. When it has not, the bind shows a plain
+// directory of the host's root filesystem, and volumes made there would
+// fill the node's root disk and be hidden once the disk is mounted over
+// them. A disk is a filesystem mounted from its root; a bind of another
+// filesystem's directory is refused like a plain directory, unless it was
+// opted in (diskfit/ made by hand).
+func TestFileRefusesABindOfAPlainDirectory(t *testing.T) {
+	testdisk.Require(t)
+	ctx := context.Background()
+	hostRoot := testdisk.New(t, "xfs", 300<<20)
+	unmounted := filepath.Join(hostRoot, "mnt", "disks", "d0")
+	if err := os.MkdirAll(unmounted, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	container := t.TempDir()
+	testdisk.Run(t, "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", container)
+	t.Cleanup(func() { testdisk.Teardown(t, container) })
+	bind := func(source, name string) string {
+		p := filepath.Join(container, name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testdisk.Run(t, "mount", "--bind", source, p)
+		return p
+	}
+
+	p := bind(unmounted, "d0")
+	f := closing(t, NewFile(testDiskName, p, 0, nil))
+	if err := f.Start(ctx); err == nil || !strings.Contains(err.Error(), "is the disk mounted?") {
+		t.Errorf("start on a bind of a plain directory: %v, want refused", err)
+	}
+	if entries, _ := os.ReadDir(unmounted); len(entries) != 0 {
+		t.Errorf("refused start left %v on the host's root filesystem", entries)
+	}
+
+	// The disk mounted on the host and bound in: its filesystem's root.
+	disk := testdisk.New(t, "xfs", 300<<20)
+	g := closing(t, NewFile(testDiskName, bind(disk, "d1"), 0, nil))
+	if err := g.Start(ctx); err != nil {
+		t.Errorf("start on a bind of a disk's filesystem: %v", err)
+	}
+}
