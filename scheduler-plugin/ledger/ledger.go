@@ -6,12 +6,11 @@
 //	           + Σ in-memory reservations not yet visible as such
 //	free(disk) = max(0, min( DiskNode reported free,
 //	                         capacity − Σ PVs on the disk − pending ))
-//	             − the expansions waiting for the node that fit, smallest first
 //
 // This is DESIGN.md's formula, with one change: a PV counts at the size its
-// claim's volume has (status.capacity); the rest of its capacity, which
-// external-resizer wrote before the node grew the volume, is booked only
-// while the disk has room for it (diskState.free). It relies on what the node plugin publishes
+// claim's volume has (status.capacity), plus the rest of its capacity,
+// which external-resizer wrote before the node grew the volume, unless the
+// disk could never grant that growth (diskState.free). It relies on what the node plugin publishes
 // as capacity: free space plus the space of the disk's volumes (see
 // docs/design.md). So capacity − Σ PVs − pending is the free space less the
 // claims the report cannot show yet, even from a report that predates the
@@ -37,7 +36,6 @@
 package ledger
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -120,7 +118,7 @@ type diskState struct {
 	used    total
 	pending total
 	// growths are the expansions waiting for the node (usage.growth), by
-	// claim key, smallest first.
+	// claim key.
 	growths []growth
 }
 
@@ -130,33 +128,35 @@ type growth struct {
 }
 
 // setGrowth records (bytes > 0) or forgets the pending expansion of a
-// claim's volume on the disk, keeping growths smallest first.
+// claim's volume on the disk.
 func (d *diskState) setGrowth(key string, bytes int64) {
 	d.growths = slices.DeleteFunc(d.growths, func(g growth) bool { return g.key == key })
-	if bytes <= 0 {
-		return
+	if bytes > 0 {
+		d.growths = append(d.growths, growth{key, bytes})
 	}
-	i, _ := slices.BinarySearchFunc(d.growths, growth{key, bytes}, func(a, b growth) int {
-		return cmp.Or(cmp.Compare(a.bytes, b.bytes), cmp.Compare(a.key, b.key))
-	})
-	d.growths = slices.Insert(d.growths, i, growth{key, bytes})
 }
 
 // free is the disk's free space as the ledger counts it: the DiskNode's
 // report, or its capacity less what the ledger counts, whichever is
-// smaller, less the pending expansions that fit in it, smallest first.
-// An expansion the disk has no room for (a typo, a tenant's 8Ei) is the
-// node's to refuse (NodeExpandVolume: ResourceExhausted) and books
-// nothing: booked, it would keep every other claim off a disk that may be
-// nearly empty for as long as its claim asks.
+// smaller. A pending expansion counts unless the disk could not grant it
+// even with no claim pending: its capacity less the PVs on it (at their
+// claims' sizes) is the most the node's NodeExpandVolume can ever find
+// free for it, and the kubelet retries it whenever it may, in no order the
+// ledger knows. So every expansion the node may grant is booked, and one
+// it never can (a typo, a tenant's 8Ei), which the node keeps refusing
+// (ResourceExhausted), books nothing: booked, it would keep every other
+// claim off a disk that may be nearly empty for as long as its claim asks.
+// A volume the node has grown already still fits this bound, as its
+// growth is part of the capacity the node reports.
 func (d *diskState) free() int64 {
-	free := max(min(packing.SatSub(d.capacity, d.used.value()), d.reportedFree), 0)
+	used := d.used.value()
+	grantable := packing.SatSub(d.capacity, packing.SatSub(used, d.pending.value()))
 	for _, g := range d.growths {
-		if g.bytes <= free {
-			free -= g.bytes
+		if g.bytes <= grantable {
+			used = packing.SatAdd(used, g.bytes)
 		}
 	}
-	return free
+	return max(min(packing.SatSub(d.capacity, used), d.reportedFree), 0)
 }
 
 func (d *diskState) holdsUsage() bool {

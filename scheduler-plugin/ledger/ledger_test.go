@@ -483,13 +483,43 @@ func boundPVC(uid types.UID, pvName string, has, asks int64) *v1.PersistentVolum
 	return c
 }
 
+// A growth the node may grant is booked whatever the ledger's order: the
+// kubelet retries NodeExpandVolume whenever it may, and the node grants it
+// as soon as the disk has room. And a volume the node has grown already
+// (its claim's status.capacity not updated yet, which for an ext4 that
+// cannot grow online lasts until the pod restarts) is counted at its new
+// size, so a claim pending on the disk is not forgotten.
+func TestExpansionTheNodeMayGrantIsBooked(t *testing.T) {
+	l := newLedger()
+	// 10Gi: a and b hold 1Gi each, 8Gi is free; a asks +4Gi, b +7Gi.
+	l.SetDiskNode(diskNode("n1", diskStatus("d0", 10*gi, 8*gi)))
+	l.SetPVC(boundPVC("a", "pv-a", gi, 5*gi))
+	l.SetPV(pv("pv-a", "n1", "d0", 5*gi, "a"))
+	l.SetPVC(boundPVC("b", "pv-b", gi, 8*gi))
+	l.SetPV(pv("pv-b", "n1", "d0", 8*gi, "b"))
+	if got := freeOf(t, l, "n1", "d0"); got > gi {
+		t.Errorf("free %d with growths of 4Gi and 7Gi the node may grant, want at most %d", got, gi)
+	}
+
+	l = newLedger()
+	// c grew from 1Gi to 8Gi on the node: 2Gi is free. q, 2Gi, is
+	// scheduled there and not made yet.
+	l.SetDiskNode(diskNode("n1", diskStatus("d0", 10*gi, 2*gi)))
+	l.SetPVC(boundPVC("c", "pv-c", gi, 8*gi))
+	l.SetPV(pv("pv-c", "n1", "d0", 8*gi, "c"))
+	l.SetPVC(pvc("q", 2*gi, "n1", "d0"))
+	if got := freeOf(t, l, "n1", "d0"); got != 0 {
+		t.Errorf("free %d with a grown volume and a 2Gi claim pending, want 0", got)
+	}
+}
+
 // An expansion is in the PV before the node grows the volume
 // (external-resizer writes the request there; the kubelet's
 // NodeExpandVolume grows it and then the claim's status.capacity). The
 // growth is booked only while the disk has room for it: an expansion the
 // disk cannot hold (a typo, or a tenant's 8Ei) would otherwise keep every
 // other claim off a nearly empty disk for as long as the claim asks.
-// Growths that fit are booked, smallest first, in any order of events.
+// Growths the disk could grant are booked, in any order of events.
 func TestExpansionBooksOnlyWhatFits(t *testing.T) {
 	const huge = int64(math.MaxInt64)
 	for _, order := range []string{"claims first", "PVs first"} {
@@ -512,8 +542,8 @@ func TestExpansionBooksOnlyWhatFits(t *testing.T) {
 			for _, f := range append(objs, pvs...) {
 				f()
 			}
-			// 3Gi held by the three volumes, 7Gi free: b's 2Gi growth
-			// fits (5Gi left), c's 5Gi then fits too, a's never.
+			// 3Gi held by the three volumes, 7Gi free: b's 2Gi and c's
+			// 5Gi growths may be granted, a's never.
 			if got := freeOf(t, l, "n1", "d0"); got != 0 {
 				t.Errorf("free %d, want 0: the two growths that fit are booked", got)
 			}
