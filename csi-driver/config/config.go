@@ -31,9 +31,10 @@ type NodeConfig struct {
 	// Notes say which mounts discovery skipped and why.
 	Notes []string `json:"-"`
 	// Skipped are the disks discovery found mounted, with a disk's name,
-	// but did not take (their device class file is not one word), and
-	// why: their data is there, so the volumes on them are not on a
-	// failed disk.
+	// but did not take because their device class file, read, is not one
+	// word (an admin's edit), and why: their data is there, so the volumes
+	// on them are not on a failed disk. A class file that cannot be read
+	// (EIO) leaves the disk out of Skipped: it may have failed.
 	Skipped map[string]string `json:"-"`
 	// Discovers is true when the node's disks include those discovery
 	// finds among the mounted filesystems.

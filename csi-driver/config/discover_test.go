@@ -36,6 +36,13 @@ func TestDiscover(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(unclassed, ".diskfit-device-class"), []byte("nvme ssd\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A class file that cannot be read (here a directory; on a disk
+	// whose filesystem shut down, EIO) is not an admin's edit: the disk
+	// may have failed, and it is not among Skipped.
+	unreadable := tmpfsBelow(t, root, "hdd1")
+	if err := os.Mkdir(filepath.Join(unreadable, ".diskfit-device-class"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(ssd0, ".diskfit-device-class"), []byte("ssd\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +89,11 @@ disks:
 	if !strings.Contains(strings.Join(c.Notes, "\n"), "Bad_Name") {
 		t.Errorf("notes %q do not say why Bad_Name was skipped", c.Notes)
 	}
-	if why := c.Skipped["hdd0"]; !strings.Contains(why, "one word") {
-		t.Errorf("skipped %q, want hdd0 with why (its class file)", c.Skipped)
+	if why := c.Skipped["hdd0"]; !strings.Contains(why, "one word") || len(c.Skipped) != 1 {
+		t.Errorf("skipped %q, want hdd0 alone, with why (its class file)", c.Skipped)
+	}
+	if !strings.Contains(strings.Join(c.Notes, "\n"), "hdd1") {
+		t.Errorf("notes %q do not say why hdd1 was not taken", c.Notes)
 	}
 
 	// Without the explicit entry, the discovered ssd0 takes its class from

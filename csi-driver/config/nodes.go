@@ -242,10 +242,14 @@ func (dc *Discover) find(mountInfo string, explicit []Disk) (disks []Disk, notes
 		class, err := dc.classOf(mp)
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("not a disk: %s: %v", mp, err))
-			if skipped == nil {
-				skipped = map[string]string{}
+			// An admin's edit, not a failure; a file that cannot be
+			// read may be a disk that failed.
+			if errors.Is(err, errClassNotOneWord) {
+				if skipped == nil {
+					skipped = map[string]string{}
+				}
+				skipped[name] = fmt.Sprintf("mounted at %s but not served: %v", mp, err)
 			}
-			skipped[name] = fmt.Sprintf("mounted at %s but not served: %v", mp, err)
 			continue
 		}
 		disks = append(disks, Disk{Name: name, Backend: v1alpha1.BackendFile, DeviceClass: class, Path: mp, Reserved: dc.Reserved})
@@ -270,10 +274,14 @@ func (dc *Discover) classOf(mountPoint string) (string, error) {
 	}
 	class := strings.TrimSpace(string(data))
 	if class == "" || len(class) > 63 || strings.ContainsAny(class, " \t\r\n") {
-		return "", fmt.Errorf("device class file %s must hold one word of at most 63 characters", p)
+		return "", fmt.Errorf("%w: device class file %s must hold one word of at most 63 characters", errClassNotOneWord, p)
 	}
 	return class, nil
 }
+
+// errClassNotOneWord is a device class file that was read and holds no
+// device class.
+var errClassNotOneWord = errors.New("malformed device class file")
 
 // Source reads the node config file and resolves it for one node, every
 // time it is asked, so that changes to the file and to the mounts below a

@@ -87,11 +87,12 @@ func (d *Driver) diskOf(id string) (*disk, string, error) {
 // toDelete resolves the ID of a volume or snapshot to delete to its disk
 // and key. A nil disk with a nil error means there is nothing to delete:
 // an ID this driver cannot have issued (the spec wants OK). An ID of a
-// disk the node config does not name is FailedPrecondition, not "gone":
-// a disk taken out of the config (to be put back, renamed) still holds
-// its data, and an OK would have the PV or content deleted and the data
-// left with nothing tracking it. The message says what to do if the disk
-// is gone for good: policy names the field that keeps the data.
+// disk the node does not serve is FailedPrecondition, not "gone": a disk
+// taken out of the config (to be put back, renamed), or one discovery does
+// not find mounted, may still hold its data, and an OK would have the PV
+// or content deleted and the data left with nothing tracking it. The
+// message says what to do if the disk is gone for good: policy names the
+// field that keeps the data.
 func (d *Driver) toDelete(kind, policy, id string) (*disk, string, error) {
 	diskName, key, err := parseID(kind, id)
 	if status.Code(err) == codes.NotFound {
@@ -102,8 +103,9 @@ func (d *Driver) toDelete(kind, policy, id string) (*disk, string, error) {
 	}
 	dk, err := d.availableDisk(diskName, kind, id)
 	if status.Code(err) == codes.NotFound {
-		return nil, "", status.Errorf(codes.FailedPrecondition, "%s %q is on disk %s, which the node config of %s does not name: nothing is deleted; "+
-			"put the disk back in the config, or if it is gone for good, set the %s to Retain and delete it by hand", kind, id, diskName, d.cfg.NodeID, policy)
+		return nil, "", status.Errorf(codes.FailedPrecondition, "%s %q is on disk %s, which node %s does not serve (its node config does not name it, "+
+			"or discovery does not find it mounted): nothing is deleted; bring the disk back, or if it is gone for good, set the %s to Retain and delete it by hand",
+			kind, id, diskName, d.cfg.NodeID, policy)
 	}
 	if err != nil {
 		return nil, "", err

@@ -506,7 +506,7 @@ func (c *Controller) releaseFailedDisks(ctx context.Context, claims map[diskfit.
 				continue
 			}
 			logger.Info("Released a claim of a failed disk", "node", loc.Node, "disk", loc.Disk, "pv", cl.PV.Name, "pvc", klog.KObj(cl.PVC))
-			note := fmt.Sprintf("Released claim %s/%s: disk %s on node %s has failed since %s (%s). Its PV %s is kept with reclaim policy Retain: once its data is not needed, set the PV's reclaim policy to Delete to free the space",
+			note := fmt.Sprintf("Released claim %s/%s: disk %s on node %s has failed since %s (%s). Its PV %s is kept with reclaim policy Retain: once its data is not needed, set the PV's reclaim policy to Delete to free the space (the disk served again), or delete the PV (the disk gone for good)",
 				cl.PVC.Namespace, cl.PVC.Name, loc.Disk, loc.Node, f.since.UTC().Format(time.RFC3339), f.message, cl.PV.Name)
 			c.recorder.Eventf(cl.PVC, nil, v1.EventTypeWarning, ReasonReleased, "Release", "%s", note)
 			c.recorder.Eventf(cl.PV, nil, v1.EventTypeWarning, ReasonReleased, "Release", "%s", note)
