@@ -10,9 +10,9 @@
 // This is DESIGN.md's formula, with one change: a PV counts at the size its
 // claim's volume has (status.capacity), plus the rest of its capacity,
 // which external-resizer wrote before the node grew the volume, unless the
-// disk could never grant that growth (diskState.free). It relies on what the node plugin publishes
-// as capacity: free space plus the space of the disk's volumes (see
-// docs/design.md). So capacity − Σ PVs − pending is the free space less the
+// disk could never grant that growth (diskState.free). It relies on what
+// the node plugin publishes as capacity: free space plus the space of the
+// disk's volumes (see docs/design.md). So capacity − Σ PVs − pending is the free space less the
 // claims the report cannot show yet, even from a report that predates the
 // latest volumes, and space taken by anything else lowers capacity itself.
 // Taking pending off the reported free as well would count a volume twice
@@ -62,7 +62,7 @@ type usage struct {
 	// growth is the part of a PV's capacity beyond the size its claim's
 	// volume has (the claim's status.capacity): an expansion that
 	// external-resizer wrote into the PV and the node has not done yet.
-	// It is booked only while the disk has room for it (diskState.free).
+	// It is booked unless the disk could never grant it (diskState.free).
 	growth int64
 }
 
